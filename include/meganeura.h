@@ -1,0 +1,279 @@
+/* meganeura.h - the public C API of Meganeura-C.
+ *
+ * Build a typed static graph, turn it into a session on a backend, train it
+ * (step = forward + backward + optimizer update) or run it (forward only),
+ * read and write parameters, save and load safetensors checkpoints.
+ *
+ * Conventions
+ * - Opaque handles with _create/_destroy; every destroy accepts NULL.
+ * - Every fallible call returns an mn_status (0 = MN_OK, negative = error) and
+ *   passes results through out-parameters, which come first.
+ * - After an error, mn_graph_error()/mn_session_error() return a message that
+ *   names the op, the shapes, the file or the parameter involved. The string
+ *   belongs to the handle and stays valid until the next call on that handle.
+ * - The library never exits or aborts on bad input.
+ * - Tensors inside a graph are small integer ids (mn_tensor); MN_NONE means
+ *   "absent" where an argument is optional.
+ * - Shapes are row-major, outermost dimension first; at most MN_MAX_RANK dims.
+ */
+#ifndef MEGANEURA_H
+#define MEGANEURA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MN_VERSION_STRING "0.1.0"
+#define MN_MAX_RANK 4
+#define MN_NONE (-1)
+/* Axis value that means "reduce over all axes" for mn_sum/mn_mean/mn_max. */
+#define MN_ALL_AXES 127
+
+/* ---- status ------------------------------------------------------------ */
+
+typedef int mn_status;
+enum {
+    MN_OK = 0,
+    MN_E_INVALID = -1,     /* bad argument (NULL, unknown name, bad value) */
+    MN_E_SHAPE = -2,       /* shapes do not agree */
+    MN_E_DTYPE = -3,       /* dtypes do not agree or are not supported */
+    MN_E_NOMEM = -4,       /* out of host memory */
+    MN_E_IO = -5,          /* file system error */
+    MN_E_FORMAT = -6,      /* a file is corrupt or not what it claims */
+    MN_E_NOT_FOUND = -7,   /* a named tensor/parameter does not exist */
+    MN_E_UNSUPPORTED = -8, /* the op/feature exists but not here (no backward rule, backend) */
+    MN_E_BACKEND = -9,     /* the backend failed (device error) */
+    MN_E_STATE = -10       /* call not valid in this state (e.g. step on an inference session) */
+};
+/* A short constant name for a status ("MN_E_SHAPE"). Never NULL. */
+const char *mn_status_str(mn_status s);
+
+/* ---- types ------------------------------------------------------------- */
+
+typedef enum mn_dtype {
+    MN_F32 = 0,
+    MN_F16 = 1,  /* reserved for the fast numerics contract */
+    MN_BF16 = 2, /* reserved for the fast numerics contract */
+    MN_I32 = 3   /* integer class labels */
+} mn_dtype;
+/* "f32", "f16", "bf16", "i32"; "?" for anything else. */
+const char *mn_dtype_name(mn_dtype dt);
+/* Bytes per element; 0 for an unknown dtype. */
+size_t mn_dtype_size(mn_dtype dt);
+
+typedef int32_t mn_tensor;
+typedef struct mn_graph mn_graph;
+typedef struct mn_session mn_session;
+
+/* Parameter initialisers. Fans: a rank-2 parameter used as x @ W is
+ * [fan_in, fan_out]; a rank-4 convolution weight is [out, in/groups, kh, kw]
+ * with fan_in = in/groups*kh*kw and fan_out = out*kh*kw; rank 1 has
+ * fan_in = fan_out = n. Random values come from the session seed mixed with a
+ * hash of the parameter's name, so they do not depend on declaration order. */
+typedef enum mn_init_kind {
+    MN_INIT_ZEROS = 0,
+    MN_INIT_CONSTANT,       /* a = value */
+    MN_INIT_UNIFORM,        /* U(a, b) */
+    MN_INIT_NORMAL,         /* N(mean a, std b) */
+    MN_INIT_XAVIER_UNIFORM, /* U(-g*sqrt(6/(fan_in+fan_out)), +...), g = a or 1 if a == 0 */
+    MN_INIT_XAVIER_NORMAL,  /* N(0, g*sqrt(2/(fan_in+fan_out))) */
+    MN_INIT_KAIMING_UNIFORM,/* U(-sqrt(6/fan_in), +sqrt(6/fan_in)) (ReLU gain) */
+    MN_INIT_KAIMING_NORMAL  /* N(0, sqrt(2/fan_in)) */
+} mn_init_kind;
+
+typedef struct mn_init {
+    mn_init_kind kind;
+    float a, b;
+} mn_init;
+
+/* ---- graph ------------------------------------------------------------- */
+
+mn_status mn_graph_create(mn_graph **out);
+void mn_graph_destroy(mn_graph *g);
+/* Message of the last failed call on g ("" if none). */
+const char *mn_graph_error(const mn_graph *g);
+
+/* Named input fed from host memory before each step/run. */
+mn_status mn_graph_input(mn_graph *g, mn_tensor *out, const char *name, mn_dtype dt,
+                         int rank, const int64_t *shape);
+/* Named trainable parameter (f32). Names must be unique across inputs and params. */
+mn_status mn_graph_param(mn_graph *g, mn_tensor *out, const char *name, int rank,
+                         const int64_t *shape, mn_init init);
+/* Per-parameter learning-rate multiplier (default 1). */
+mn_status mn_graph_param_lr_mult(mn_graph *g, mn_tensor param, float mult);
+/* A frozen parameter gets no gradient and no update (default: not frozen). */
+mn_status mn_graph_param_freeze(mn_graph *g, mn_tensor param, bool frozen);
+/* Constant tensor (f32); the data is copied. */
+mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t *shape,
+                            const float *data);
+mn_status mn_graph_scalar(mn_graph *g, mn_tensor *out, float value);
+/* Mark t as a named output readable after step/run. */
+mn_status mn_graph_output(mn_graph *g, mn_tensor t, const char *name);
+/* Mark a scalar tensor as the loss minimised by step. */
+mn_status mn_graph_loss(mn_graph *g, mn_tensor t);
+
+mn_status mn_tensor_shape(const mn_graph *g, mn_tensor t, int *rank, int64_t shape[MN_MAX_RANK]);
+/* Textual dump, stable across runs (tests compare it literally). */
+mn_status mn_graph_dump(const mn_graph *g, FILE *f);
+
+/* ---- ops (each records a node; shapes are checked now) ------------------ */
+
+/* a @ b. a: [M,K] or [B,M,K]; b: [K,N] or [B,K,N] (a shared [K,N] is broadcast
+ * over B). With trans_a the last two dims of a are [K,M]; likewise trans_b [N,K]. */
+mn_status mn_matmul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_matmul_ex(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b, bool trans_a,
+                       bool trans_b);
+/* Elementwise with numpy broadcasting. */
+mn_status mn_add(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_sub(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_mul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_div(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_scale(mn_graph *g, mn_tensor *out, mn_tensor x, float s);
+mn_status mn_neg(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_exp(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_log(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_sqrt(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_rsqrt(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_relu(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_sigmoid(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_tanh(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_gelu(mn_graph *g, mn_tensor *out, mn_tensor x);      /* erf form */
+mn_status mn_gelu_tanh(mn_graph *g, mn_tensor *out, mn_tensor x); /* tanh approximation */
+mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* Reductions over one axis (negative counts from the end) or MN_ALL_AXES. */
+mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
+mn_status mn_mean(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
+mn_status mn_max(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
+/* Over the last axis. */
+mn_status mn_softmax(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_log_softmax(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* One dimension may be -1 (inferred). */
+mn_status mn_reshape(mn_graph *g, mn_tensor *out, mn_tensor x, int rank, const int64_t *shape);
+/* out.shape[i] = x.shape[perm[i]]; perm has x's rank entries. */
+mn_status mn_permute(mn_graph *g, mn_tensor *out, mn_tensor x, const int *perm);
+mn_status mn_transpose(mn_graph *g, mn_tensor *out, mn_tensor x, int axis0, int axis1);
+/* Identity forward, zero gradient. */
+mn_status mn_stop_gradient(mn_graph *g, mn_tensor *out, mn_tensor x);
+
+/* Losses (scalar results, mean over the batch). logits: [B,C]. */
+mn_status mn_cross_entropy(mn_graph *g, mn_tensor *out, mn_tensor logits,
+                           mn_tensor labels /* i32 [B] */);
+mn_status mn_cross_entropy_dense(mn_graph *g, mn_tensor *out, mn_tensor logits,
+                                 mn_tensor targets /* f32 [B,C] label weights */);
+/* mean((a-b)^2) over all elements. */
+mn_status mn_mse(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+
+/* Convolution, NCHW. x: [N,C,H,W]; w: [O,C/groups,KH,KW]; bias: [O] or MN_NONE. */
+typedef struct mn_conv2d_params {
+    int stride[2];   /* h, w; 0 means 1 */
+    int padding[2];  /* h, w */
+    int dilation[2]; /* h, w; 0 means 1 */
+    int groups;      /* 0 means 1 */
+} mn_conv2d_params;
+mn_status mn_conv2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_tensor bias,
+                    const mn_conv2d_params *p);
+typedef struct mn_pool2d_params {
+    int kernel[2];  /* h, w */
+    int stride[2];  /* 0 means kernel size */
+    int padding[2]; /* padded cells never win the max */
+} mn_pool2d_params;
+mn_status mn_max_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2d_params *p);
+
+/* ---- sessions ------------------------------------------------------------ */
+
+typedef enum mn_backend_kind { MN_BACKEND_CPU = 0, MN_BACKEND_VULKAN = 1 } mn_backend_kind;
+typedef enum mn_mode { MN_MODE_INFERENCE = 0, MN_MODE_TRAINING = 1 } mn_mode;
+typedef enum mn_optim_kind { MN_OPTIM_SGD = 0, MN_OPTIM_ADAM = 1, MN_OPTIM_ADAMW = 2 } mn_optim_kind;
+typedef enum mn_lr_schedule {
+    MN_LR_CONSTANT = 0,
+    MN_LR_WARMUP_COSINE = 1 /* linear 0 -> lr over warmup_steps, cosine to min_lr at total_steps */
+} mn_lr_schedule;
+
+typedef struct mn_optimizer {
+    mn_optim_kind kind;
+    float lr;
+    float momentum;     /* SGD */
+    bool nesterov;      /* SGD */
+    float beta1, beta2; /* Adam/AdamW */
+    float eps;          /* Adam/AdamW */
+    float weight_decay; /* SGD and Adam: L2 added to the gradient; AdamW: decoupled */
+    float clip_norm;    /* > 0: clip gradients by global L2 norm */
+    mn_lr_schedule schedule;
+    int64_t warmup_steps;
+    int64_t total_steps;
+    float min_lr;
+} mn_optimizer;
+
+/* Defaults of PyTorch for the kind (lr 1e-3, betas 0.9/0.999, eps 1e-8, ...). */
+mn_optimizer mn_optimizer_default(mn_optim_kind kind);
+
+typedef struct mn_session_options {
+    mn_backend_kind backend;
+    mn_mode mode;
+    mn_optimizer optim; /* used in training mode */
+    uint64_t seed;      /* parameter initialisation */
+} mn_session_options;
+
+mn_session_options mn_session_default_options(void);
+
+/* Builds a session from g (g is not modified and may be destroyed afterwards).
+ * On failure *out, if not NULL, is a dead session whose error message says why;
+ * destroy it. */
+mn_status mn_session_create(mn_session **out, const mn_graph *g, const mn_session_options *opt);
+void mn_session_destroy(mn_session *s);
+const char *mn_session_error(const mn_session *s);
+
+/* Copy host data into a named input; bytes must equal the input's size. */
+mn_status mn_session_set_input(mn_session *s, const char *name, const void *data, size_t bytes);
+/* Forward + backward + optimizer update (training sessions). */
+mn_status mn_session_step(mn_session *s);
+/* Forward only; computes outputs and the loss if it has one. */
+mn_status mn_session_run(mn_session *s);
+mn_status mn_session_loss(mn_session *s, float *out);
+mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t bytes);
+/* Element count of a named input, output or parameter. */
+mn_status mn_session_numel(mn_session *s, const char *name, size_t *out);
+mn_status mn_session_get_param(mn_session *s, const char *name, float *dst, size_t count);
+mn_status mn_session_set_param(mn_session *s, const char *name, const float *src, size_t count);
+/* Number of optimizer steps taken so far; the learning rate of the next step. */
+int64_t mn_session_step_count(const mn_session *s);
+float mn_session_lr(const mn_session *s);
+
+/* Checkpoints (safetensors): parameters, optimizer state, step count and
+ * schedule state. Saving is atomic: a failed save leaves the old file intact.
+ * Loading checks every name, dtype and shape; an inference session loads only
+ * the parameters. */
+mn_status mn_session_save(mn_session *s, const char *path);
+mn_status mn_session_load(mn_session *s, const char *path);
+/* Extra string metadata written into later checkpoints (keys starting with
+ * "meganeura." are reserved). */
+mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value);
+/* Reads one metadata value of a checkpoint file without a session; err (may
+ * be NULL) receives a message on failure. */
+mn_status mn_checkpoint_meta(const char *path, const char *key, char *dst, size_t cap,
+                             char *err, size_t errcap);
+
+/* Memory: bytes the session's arenas hold (peak) and the sum of the sizes of
+ * all tensors it computes or keeps (what a planner-less runtime would hold). */
+mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum_bytes);
+/* what: "graph" (the session's graph after autodiff and optimizer insertion),
+ * "schedule", "memplan". The MEGANEURA_DUMP environment variable (a comma list
+ * of the same words) prints them to stderr at session build. */
+mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f);
+
+/* ---- logging ------------------------------------------------------------- */
+
+typedef enum mn_log_level { MN_LOG_ERROR = 0, MN_LOG_WARN, MN_LOG_INFO, MN_LOG_DEBUG } mn_log_level;
+typedef void (*mn_log_fn)(mn_log_level level, const char *msg, void *user);
+/* Process-wide; NULL restores the default (stderr, warnings and errors). */
+void mn_set_log(mn_log_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEGANEURA_H */

@@ -1,0 +1,37 @@
+/* backend.h - the interface every backend implements (a small vtable).
+ *
+ * A backend receives a program: the session's final graph, the execution order
+ * and the memory plan. It owns the device memory for the plan's arenas, moves
+ * bytes between host and a node's storage, and executes a list of nodes.
+ * Bytes are in the storage format: f32 (or f64 in the CPU's f64 mode) for
+ * float tensors, int32 for i32 tensors.
+ *
+ * Does not: build graphs, differentiate, plan memory, parse files.
+ */
+#ifndef MN_BACKEND_H
+#define MN_BACKEND_H
+
+#include "graph/graph.h"
+#include "memplan/memplan.h"
+
+typedef struct program {
+    const mn_graph *g;
+    const int32_t *order; /* every non-source node that runs in a step, in order */
+    int32_t norder;
+    const memplan *plan;
+    bool f64; /* CPU only: float tensors are stored and computed as double */
+} program;
+
+typedef struct backend_vtable {
+    const char *name;
+    mn_status (*create)(void **out, const program *p, char *err, size_t cap);
+    void (*destroy)(void *b);
+    mn_status (*write)(void *b, int32_t node, const void *src, size_t bytes, char *err, size_t cap);
+    mn_status (*read)(void *b, int32_t node, void *dst, size_t bytes, char *err, size_t cap);
+    /* Runs nodes[0..n) (a subsequence of program.order) in that order. */
+    mn_status (*execute)(void *b, const int32_t *nodes, int32_t n, char *err, size_t cap);
+} backend_vtable;
+
+extern const backend_vtable backend_cpu;
+
+#endif

@@ -1,0 +1,130 @@
+/* common.c - assertions, strings, logging, RNG, status names. */
+#include "core/common.h"
+
+#include <math.h>
+
+_Noreturn void mn_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "meganeura: internal error: %s (%s:%d)\n", cond, file, line);
+    abort();
+}
+
+char *mn_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void mn_vfmt(char *buf, size_t cap, const char *fmt, va_list ap) {
+    if (!cap) return;
+    int r = vsnprintf(buf, cap, fmt, ap);
+    if (r < 0) buf[0] = 0;
+}
+
+void mn_fmt(char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mn_vfmt(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+static mn_log_fn g_log_fn;
+static void *g_log_user;
+
+void mn_set_log(mn_log_fn fn, void *user) {
+    g_log_fn = fn;
+    g_log_user = user;
+}
+
+void mn_log(mn_log_level level, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    mn_vfmt(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_log_fn) {
+        g_log_fn(level, msg, g_log_user);
+        return;
+    }
+    if (level <= MN_LOG_WARN) fprintf(stderr, "meganeura: %s: %s\n", level == MN_LOG_ERROR ? "error" : "warning", msg);
+}
+
+const char *mn_status_str(mn_status s) {
+    switch (s) {
+    case MN_OK: return "MN_OK";
+    case MN_E_INVALID: return "MN_E_INVALID";
+    case MN_E_SHAPE: return "MN_E_SHAPE";
+    case MN_E_DTYPE: return "MN_E_DTYPE";
+    case MN_E_NOMEM: return "MN_E_NOMEM";
+    case MN_E_IO: return "MN_E_IO";
+    case MN_E_FORMAT: return "MN_E_FORMAT";
+    case MN_E_NOT_FOUND: return "MN_E_NOT_FOUND";
+    case MN_E_UNSUPPORTED: return "MN_E_UNSUPPORTED";
+    case MN_E_BACKEND: return "MN_E_BACKEND";
+    case MN_E_STATE: return "MN_E_STATE";
+    default: return "MN_E_UNKNOWN";
+    }
+}
+
+const char *mn_dtype_name(mn_dtype dt) {
+    switch (dt) {
+    case MN_F32: return "f32";
+    case MN_F16: return "f16";
+    case MN_BF16: return "bf16";
+    case MN_I32: return "i32";
+    default: return "?";
+    }
+}
+
+size_t mn_dtype_size(mn_dtype dt) {
+    switch (dt) {
+    case MN_F32: return 4;
+    case MN_F16: return 2;
+    case MN_BF16: return 2;
+    case MN_I32: return 4;
+    default: return 0;
+    }
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void mn_rng_seed(mn_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t mn_rng_next(mn_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double mn_rng_uniform(mn_rng *r) { return (double)(mn_rng_next(r) >> 11) * 0x1.0p-53; }
+
+double mn_rng_normal(mn_rng *r) {
+    double u1 = mn_rng_uniform(r), u2 = mn_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t mn_hash_str(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,64 @@
+/* safetensors.h - reading and writing the safetensors format.
+ *
+ * Layout: 8-byte little-endian header length N, N bytes of JSON (parsed with
+ * cJSON), then the data section. Every size, offset and name is checked
+ * against the buffer before use: a corrupt or hostile file gives a clear
+ * error, never an out-of-bounds access. Writing is atomic: a temporary file
+ * in the same folder, fsync, rename, fsync of the folder; on any failure the
+ * previous file at that path is untouched.
+ *
+ * Does not: know about graphs or sessions (the session maps names to tensors).
+ */
+#ifndef MN_IO_SAFETENSORS_H
+#define MN_IO_SAFETENSORS_H
+
+#include "core/common.h"
+
+#define ST_MAX_RANK 8
+
+typedef struct st_tensor {
+    char *name;        /* valid UTF-8, NUL-terminated, owned */
+    char dtype[12];    /* as written in the file: "F32", "BF16", "I32", ... */
+    size_t elem_size;  /* bytes per element */
+    int rank;
+    int64_t shape[ST_MAX_RANK];
+    uint64_t begin, end; /* byte range relative to the data section, begin <= end <= data_len */
+} st_tensor;
+
+typedef struct st_file {
+    st_tensor *tensors; /* sorted by begin offset */
+    int n;
+    char **meta_keys; /* "__metadata__" entries, owned */
+    char **meta_vals;
+    int nmeta;
+    const uint8_t *data; /* the data section */
+    uint64_t data_len;
+    uint8_t *owned; /* the whole file when loaded by st_load */
+} st_file;
+
+/* Parses buf[0..len); buf must outlive *out (st_parse does not copy the data). */
+mn_status st_parse(st_file *out, const uint8_t *buf, size_t len, char *err, size_t cap);
+/* Reads the whole file and parses it; errors name the path. */
+mn_status st_load(st_file *out, const char *path, char *err, size_t cap);
+void st_free(st_file *f); /* accepts a zeroed or already-freed st_file */
+const st_tensor *st_find(const st_file *f, const char *name);
+const char *st_meta(const st_file *f, const char *key);
+
+typedef struct st_entry {
+    const char *name;
+    const char *dtype; /* "F32", "I32", ... */
+    int rank;
+    const int64_t *shape;
+    const void *data;
+    uint64_t bytes; /* must equal numel * elem size */
+} st_entry;
+
+/* meta_kv: nmeta (key, value) pairs as 2*nmeta strings. */
+mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char *const *meta_kv,
+                         int nmeta, char *err, size_t cap);
+
+/* Human-readable listing for `meganeura inspect`: metadata, then one line per
+ * tensor (name, dtype, shape, bytes), then totals. */
+void st_print_summary(const st_file *f, FILE *out);
+
+#endif

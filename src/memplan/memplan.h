@@ -1,0 +1,52 @@
+/* memplan.h - liveness-based placement of tensors at offsets in arenas.
+ *
+ * Parameters, optimizer state, inputs/outputs/constants are pinned: each gets
+ * its own range for the session's life. Everything else is placed in the
+ * work arena by first-fit over the schedule, reusing space of tensors whose
+ * last use has passed, and in place (the output takes its first input's
+ * range) where the op allows it and the input dies at that node. Views
+ * (RESHAPE) and in-place updates (optimizer ops) share their input's range.
+ *
+ * Does not: allocate memory (backends do), decide the order (schedule does).
+ */
+#ifndef MN_MEMPLAN_H
+#define MN_MEMPLAN_H
+
+#include "graph/graph.h"
+
+enum { MP_ARENA_PARAM = 0, MP_ARENA_STATE, MP_ARENA_IO, MP_ARENA_WORK, MP_ARENA_COUNT };
+#define MP_ALIGN 64
+
+typedef struct mp_slot {
+    int8_t arena; /* -1: the node has no storage (not live) */
+    uint64_t offset;
+    uint64_t bytes;
+} mp_slot;
+
+typedef struct memplan {
+    mp_slot *slots; /* one per graph node */
+    int32_t n;
+    uint64_t arena_bytes[MP_ARENA_COUNT];
+    uint64_t sum_bytes; /* sum of all tensors' sizes (no reuse) */
+    size_t real_size;   /* bytes per f32 element: 4, or 8 for the CPU f64 mode */
+} memplan;
+
+typedef struct memplan_options {
+    size_t real_size; /* 4 or 8 */
+    bool reuse;       /* false: every tensor gets its own range (the reference for tests) */
+} memplan_options;
+
+/* order: the executed non-source nodes in execution order; live[i] != 0 for
+ * every node (source or not) that exists at run time. */
+mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, int32_t norder,
+                        const uint8_t *live, const memplan_options *opt, char *err, size_t cap);
+void memplan_free(memplan *mp);
+uint64_t memplan_peak(const memplan *mp);
+void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f);
+
+/* Storage root of a node: follows views/in-place aliases to the owner. */
+int32_t memplan_root(const mn_graph *g, int32_t id);
+/* True if op's output is a view/alias of input 0 (RESHAPE, optimizer updates). */
+bool memplan_is_alias(op_id op);
+
+#endif

@@ -1,0 +1,42 @@
+/* harness.h - a tiny test harness: CHECK records a failure with file and line
+ * and continues; test_main() returns non-zero if anything failed. */
+#ifndef MN_TEST_HARNESS_H
+#define MN_TEST_HARNESS_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "meganeura.h"
+
+extern int th_failed, th_passed;
+void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (c) th_passed++;                                                                        \
+        else th_fail(__FILE__, __LINE__, "CHECK(%s)", #c);                                          \
+    } while (0)
+#define CHECK_MSG(c, ...)                                                                          \
+    do {                                                                                           \
+        if (c) th_passed++;                                                                        \
+        else th_fail(__FILE__, __LINE__, __VA_ARGS__);                                              \
+    } while (0)
+/* Expects an mn_status call to succeed; prints the handle's message if not. */
+#define CHECK_OK(call, errstr)                                                                     \
+    do {                                                                                           \
+        mn_status st_ = (call);                                                                    \
+        if (st_ == MN_OK) th_passed++;                                                             \
+        else th_fail(__FILE__, __LINE__, "%s -> %s: %s", #call, mn_status_str(st_), (errstr));      \
+    } while (0)
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b);                                                                 \
+        if (fabs(a_ - b_) <= (tol)) th_passed++;                                                   \
+        else th_fail(__FILE__, __LINE__, "%s = %.9g, %s = %.9g, |diff| %.3g > %.3g", #a, a_, #b,   \
+                     b_, fabs(a_ - b_), (double)(tol));                                            \
+    } while (0)
+
+/* Prints "N passed, N failed" and returns the exit code. */
+int th_finish(const char *name);
+
+#endif
