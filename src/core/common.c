@@ -36,7 +36,7 @@ void mn_set_log(mn_log_fn fn, void *user) {
     g_log_user = user;
 }
 
-void mn_log(mn_log_level level, const char *fmt, ...) {
+void mn_logf(mn_log_level level, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);

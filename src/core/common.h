@@ -43,7 +43,7 @@ char *mn_strdup(const char *s);
 void mn_vfmt(char *buf, size_t cap, const char *fmt, va_list ap);
 void mn_fmt(char *buf, size_t cap, const char *fmt, ...) MN_PRINTF(3, 4);
 
-void mn_log(mn_log_level level, const char *fmt, ...) MN_PRINTF(2, 3);
+void mn_logf(mn_log_level level, const char *fmt, ...) MN_PRINTF(2, 3);
 
 /* Deterministic RNG (splitmix64 seeding + xoshiro256**). */
 typedef struct mn_rng {

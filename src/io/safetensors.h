@@ -61,4 +61,17 @@ mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char 
  * tensor (name, dtype, shape, bytes), then totals. */
 void st_print_summary(const st_file *f, FILE *out);
 
+/* ---- additions (helpers shared by the parser, the writer and the tests) ---- */
+
+/* Largest JSON header st_parse accepts and st_save_atomic writes (100 MiB). */
+#define ST_MAX_HEADER_BYTES (100u * 1024u * 1024u)
+/* Offsets and dimensions are JSON numbers (doubles): both sides require < 2^53. */
+#define ST_MAX_JSON_INT 9007199254740992.0
+
+/* Bytes per element of a safetensors dtype name ("F32" -> 4); 0 if unknown. */
+size_t st_dtype_size(const char *dtype);
+/* Strict UTF-8 check of s[0..n): rejects overlong forms, surrogates
+ * (U+D800..U+DFFF), code points above U+10FFFF and truncated sequences. */
+bool st_utf8_valid(const char *s, size_t n);
+
 #endif

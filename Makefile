@@ -1,0 +1,42 @@
+# Meganeura-C - top-level driver. `make demo` and `make test` do all the
+# set-up on a fresh Debian 12 machine (missing packages, MNIST data).
+#   make            build (release) into build/release
+#   make demo       train the MNIST MLP on the CPU backend
+#   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing, CLI checks
+#   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 60
+BIN := build/release/meganeura
+
+.PHONY: all deps build asan fuzz data demo test clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	@cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build/release -j$(JOBS)
+
+asan: deps
+	@cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DMN_SANITIZE=ON >/dev/null
+	@cmake --build build/asan -j$(JOBS)
+
+fuzz: deps
+	@cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMN_FUZZ=ON >/dev/null
+	@cmake --build build/fuzz -j$(JOBS) --target fuzz_safetensors
+
+data: build
+	@scripts/mnist.sh $(BIN)
+
+demo: build data
+	$(BIN) train mnist
+
+test: build asan fuzz data
+	ctest --test-dir build/release --output-on-failure -j$(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j$(JOBS) -LE slow
+	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_safetensors $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build

@@ -1,0 +1,321 @@
+/* autodiff.c - backward rules, one per differentiable op of ops.def, and the
+ * reverse sweep that applies them.
+ *
+ * A rule receives the forward node and the gradient of its output (dy) and
+ * returns, for each input that needs one, the id of a node computing that
+ * input's gradient. Rules build nodes with the public op constructors and the
+ * backward-helper ops; the sweep accumulates fan-out with add.
+ */
+#include "autodiff/autodiff.h"
+
+typedef struct adctx {
+    mn_graph *g;
+    const uint8_t *needs; /* per node: a gradient must flow into it */
+} adctx;
+
+typedef mn_status (*grad_fn)(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]);
+
+static bool need(const adctx *c, const node *n, int i) { return c->needs[n->in[i]] != 0; }
+
+/* A backward-helper node with an explicit result shape. */
+static mn_status helper(adctx *c, int32_t *out, op_id op, int nin, const int32_t *in,
+                        const node *shape_of, const int64_t *ip, int nip) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.nin = nin;
+    p.lr_mult = 1.0f;
+    for (int i = 0; i < nin; i++) p.in[i] = in[i];
+    for (int i = 0; i < nip; i++) p.ip[i] = ip[i];
+    if (shape_of) {
+        p.rank = shape_of->rank;
+        memcpy(p.shape, shape_of->shape, sizeof p.shape);
+    }
+    return graph_add(c->g, out, &p);
+}
+
+static bool same_shape(const node *a, const node *b) {
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+/* Sum t down to the shape of input i of n (undo broadcasting); t itself if
+ * the shapes already agree. */
+static mn_status unbroadcast(adctx *c, int32_t *out, int32_t t, const node *n, int i) {
+    node target = c->g->nodes[n->in[i]];
+    if (same_shape(&c->g->nodes[t], &target)) {
+        *out = t;
+        return MN_OK;
+    }
+    return helper(c, out, OP_REDUCE_TO, 1, &t, &target, NULL, 0);
+}
+
+static mn_status grad_matmul(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    mn_graph *g = c->g;
+    int32_t a = n->in[0], b = n->in[1], t;
+    bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    mn_status st;
+    if (need(c, n, 0)) {
+        st = ta ? mn_matmul_ex(g, &t, b, dy, tb, true) : mn_matmul_ex(g, &t, dy, b, false, !tb);
+        if (st || (st = unbroadcast(c, &dx[0], t, n, 0))) return st;
+    }
+    if (need(c, n, 1)) {
+        st = tb ? mn_matmul_ex(g, &t, dy, a, true, ta) : mn_matmul_ex(g, &t, a, dy, !ta, false);
+        if (st || (st = unbroadcast(c, &dx[1], t, n, 1))) return st;
+    }
+    return MN_OK;
+}
+
+static mn_status grad_add(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    mn_status st = MN_OK;
+    if (need(c, n, 0) && (st = unbroadcast(c, &dx[0], dy, n, 0))) return st;
+    if (need(c, n, 1)) st = unbroadcast(c, &dx[1], dy, n, 1);
+    return st;
+}
+
+static mn_status grad_sub(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    mn_status st = MN_OK;
+    int32_t t;
+    if (need(c, n, 0) && (st = unbroadcast(c, &dx[0], dy, n, 0))) return st;
+    if (need(c, n, 1)) {
+        if ((st = unbroadcast(c, &t, dy, n, 1))) return st;
+        st = mn_neg(c->g, &dx[1], t);
+    }
+    return st;
+}
+
+static mn_status grad_mul(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    mn_status st;
+    int32_t t;
+    for (int i = 0; i < 2; i++) {
+        if (!need(c, n, i)) continue;
+        if ((st = mn_mul(c->g, &t, dy, n->in[1 - i])) || (st = unbroadcast(c, &dx[i], t, n, i))) return st;
+    }
+    return MN_OK;
+}
+
+static mn_status grad_div(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    mn_status st;
+    int32_t t, u;
+    if (need(c, n, 0)) {
+        if ((st = mn_div(c->g, &t, dy, n->in[1])) || (st = unbroadcast(c, &dx[0], t, n, 0))) return st;
+    }
+    if (need(c, n, 1)) { /* d(a/b)/db = -y/b */
+        if ((st = mn_mul(c->g, &t, dy, y)) || (st = mn_div(c->g, &u, t, n->in[1])) ||
+            (st = unbroadcast(c, &t, u, n, 1)) || (st = mn_neg(c->g, &dx[1], t)))
+            return st;
+    }
+    return MN_OK;
+}
+
+static mn_status grad_scale(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    return mn_scale(c->g, &dx[0], dy, (float)n->fp[0]);
+}
+
+static mn_status grad_neg(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    return mn_neg(c->g, &dx[0], dy);
+}
+
+static mn_status grad_unary(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[3] = {n->in[0], y, dy};
+    int64_t ip = n->op;
+    return helper(c, &dx[0], OP_UNARY_BWD, 3, in, n, &ip, 1);
+}
+
+static mn_status grad_stop(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    return MN_OK; /* never reached: the sweep does not route gradients through stop_grad */
+}
+
+/* dy has the reduced shape; give it x's rank (keepdim layout), then expand. */
+static mn_status expand_reduced(adctx *c, int32_t *out, const node *n, int32_t dy) {
+    const node x = c->g->nodes[n->in[0]];
+    int32_t t = dy;
+    mn_status st;
+    if (n->ip[0] != MN_ALL_AXES && !n->ip[1]) {
+        int64_t s[MN_MAX_RANK];
+        for (int i = 0; i < x.rank; i++) s[i] = i == n->ip[0] ? 1 : x.shape[i];
+        if ((st = mn_reshape(c->g, &t, dy, x.rank, s))) return st;
+    }
+    return helper(c, out, OP_BROADCAST, 1, &t, &x, NULL, 0);
+}
+
+static mn_status grad_sum(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    return expand_reduced(c, &dx[0], n, dy);
+}
+
+static mn_status grad_mean(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node *x = &c->g->nodes[n->in[0]];
+    double count = n->ip[0] == MN_ALL_AXES ? (double)node_numel(x) : (double)x->shape[n->ip[0]];
+    int32_t t;
+    mn_status st = mn_scale(c->g, &t, dy, (float)(1.0 / count));
+    if (st) return st;
+    return expand_reduced(c, &dx[0], n, t);
+}
+
+static mn_status grad_max(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[3] = {n->in[0], y, dy};
+    const node x = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_MAX_BWD, 3, in, &x, n->ip, 2);
+}
+
+static mn_status grad_softmax(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[2] = {y, dy};
+    return helper(c, &dx[0], OP_SOFTMAX_BWD, 2, in, n, NULL, 0);
+}
+
+static mn_status grad_log_softmax(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[2] = {y, dy};
+    return helper(c, &dx[0], OP_LOG_SOFTMAX_BWD, 2, in, n, NULL, 0);
+}
+
+static mn_status grad_reshape(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node *x = &c->g->nodes[n->in[0]];
+    int64_t s[MN_MAX_RANK];
+    memcpy(s, x->shape, sizeof s);
+    return mn_reshape(c->g, &dx[0], dy, x->rank, s);
+}
+
+static mn_status grad_permute(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int inv[MN_MAX_RANK];
+    for (int i = 0; i < n->rank; i++) inv[n->ip[i]] = i;
+    return mn_permute(c->g, &dx[0], dy, inv);
+}
+
+static mn_status grad_broadcast(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    return unbroadcast(c, &dx[0], dy, n, 0);
+}
+
+static mn_status grad_reduce_to(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node x = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_BROADCAST, 1, &dy, &x, NULL, 0);
+}
+
+static mn_status grad_cross_entropy(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[3] = {n->in[0], n->in[1], dy};
+    const node lg = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_CROSS_ENTROPY_BWD, 3, in, &lg, NULL, 0);
+}
+
+static mn_status grad_cross_entropy_dense(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[3] = {n->in[0], n->in[1], dy};
+    const node lg = c->g->nodes[n->in[0]];
+    mn_status st;
+    for (int64_t i = 0; i < 2; i++)
+        if (need(c, n, (int)i) && (st = helper(c, &dx[i], OP_CROSS_ENTROPY_DENSE_BWD, 3, in, &lg, &i, 1)))
+            return st;
+    return MN_OK;
+}
+
+static mn_status grad_mse(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node *a = &c->g->nodes[n->in[0]];
+    int32_t d, s, t;
+    mn_status st;
+    if ((st = mn_sub(c->g, &d, n->in[0], n->in[1])) ||
+        (st = mn_scale(c->g, &s, d, (float)(2.0 / (double)node_numel(a)))) || (st = mn_mul(c->g, &t, s, dy)))
+        return st;
+    if (need(c, n, 0)) dx[0] = t;
+    if (need(c, n, 1) && (st = mn_neg(c->g, &dx[1], t))) return st;
+    return MN_OK;
+}
+
+static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node x = c->g->nodes[n->in[0]], w = c->g->nodes[n->in[1]];
+    mn_status st;
+    if (need(c, n, 0)) {
+        int32_t in[2] = {dy, n->in[1]};
+        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n->ip, 7))) return st;
+    }
+    if (need(c, n, 1)) {
+        int32_t in[2] = {n->in[0], dy};
+        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n->ip, 7))) return st;
+    }
+    if (n->nin == 3 && need(c, n, 2)) {
+        node b4 = w;
+        int64_t o = w.shape[0];
+        int32_t t;
+        b4.rank = 4;
+        b4.shape[0] = 1, b4.shape[1] = o, b4.shape[2] = 1, b4.shape[3] = 1;
+        if ((st = helper(c, &t, OP_REDUCE_TO, 1, &dy, &b4, NULL, 0))) return st;
+        if ((st = mn_reshape(c->g, &dx[2], t, 1, &o))) return st;
+    }
+    return MN_OK;
+}
+
+static mn_status grad_maxpool2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[2] = {n->in[0], dy};
+    const node x = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_MAXPOOL2D_BWD, 2, in, &x, n->ip, 6);
+}
+
+static const grad_fn grad_table[OP_COUNT] = {
+#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = bwd,
+#include "graph/ops.def"
+#undef MN_OP
+};
+_Static_assert(MN_ARRAY_LEN(grad_table) == OP_COUNT, "one backward entry per op");
+
+bool autodiff_has_rule(op_id op) { return op >= 0 && op < OP_COUNT && grad_table[op] != NULL; }
+
+mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
+    int32_t nfwd = g->n;
+    *grads_out = NULL;
+    if (loss < 0 || loss >= nfwd) return graph_fail(g, MN_E_STATE, "autodiff: the graph has no loss");
+    uint8_t *needs = calloc((size_t)nfwd, 1), *reach = calloc((size_t)nfwd, 1);
+    int32_t *grad = malloc((size_t)nfwd * sizeof *grad);
+    mn_status st = MN_OK;
+    if (!needs || !reach || !grad) {
+        st = graph_fail(g, MN_E_NOMEM, "autodiff: out of memory");
+        goto done;
+    }
+    /* needs[i]: a trainable parameter lies upstream of i (gradient must flow) */
+    for (int32_t i = 0; i < nfwd; i++) {
+        const node *n = &g->nodes[i];
+        grad[i] = MN_NONE;
+        if (n->op == OP_PARAM) needs[i] = !(n->flags & NODE_F_FROZEN);
+        else if (n->op != OP_STOP_GRAD)
+            for (int k = 0; k < n->nin; k++) needs[i] |= needs[n->in[k]];
+    }
+    /* reach[i]: i lies upstream of the loss */
+    reach[loss] = 1;
+    for (int32_t i = loss; i >= 0; i--)
+        if (reach[i])
+            for (int k = 0; k < g->nodes[i].nin; k++) reach[g->nodes[i].in[k]] = 1;
+
+    adctx c = {g, needs};
+    if (needs[loss]) {
+        if ((st = mn_graph_scalar(g, &grad[loss], 1.0f))) goto done;
+    }
+    for (int32_t i = loss; i >= 0; i--) {
+        if (grad[i] == MN_NONE || !reach[i]) continue;
+        node n = g->nodes[i]; /* copy: rules append nodes and may move the array */
+        if (op_is_source(n.op) || n.op == OP_STOP_GRAD) continue;
+        grad_fn fn = grad_table[n.op];
+        if (!fn) {
+            char sb[96];
+            st = graph_fail(g, MN_E_UNSUPPORTED, "autodiff: op '%s' (%%%d %s) has no backward rule",
+                            op_table[n.op].name, i, shape_str(sb, sizeof sb, n.rank, n.shape));
+            goto done;
+        }
+        int32_t dx[NODE_MAX_IN];
+        for (int k = 0; k < NODE_MAX_IN; k++) dx[k] = MN_NONE;
+        if ((st = fn(&c, &n, i, grad[i], dx))) goto done;
+        for (int k = 0; k < n.nin; k++) {
+            int32_t in = n.in[k];
+            if (dx[k] == MN_NONE || !needs[in]) continue;
+            if (grad[in] == MN_NONE) grad[in] = dx[k];
+            else if ((st = mn_add(g, &grad[in], grad[in], dx[k]))) goto done;
+        }
+    }
+    for (int32_t i = nfwd; i < g->n; i++) g->nodes[i].flags |= NODE_F_BACKWARD;
+done:
+    free(needs);
+    free(reach);
+    if (st) {
+        free(grad);
+        return st;
+    }
+    *grads_out = grad;
+    return MN_OK;
+}

@@ -1,0 +1,240 @@
+/* cpu.c - the CPU reference backend (the oracle every other backend is
+ * compared against).
+ *
+ * Owns one host allocation per non-empty arena of the program's memory plan
+ * (zeroed, 64-byte aligned), copies CONST nodes' data into their storage at
+ * create (widened to double in f64 mode), moves bytes between the host and a
+ * node's slot, and executes nodes by calling the kernel of their op from
+ * cpu_kernels_f32 or cpu_kernels_f64 with pointers into the arenas.
+ *
+ * Does not: plan memory, order nodes, write PARAM/STATE/INPUT storage (the
+ * session does, through write), or check shapes (the graph did). The program
+ * (graph, order, plan) is borrowed: it must outlive the backend.
+ */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+
+typedef struct cpu_backend {
+    program prog;                   /* borrowed pointers */
+    const cpu_kernel_fn *kernels;   /* cpu_kernels_f32 or cpu_kernels_f64 */
+    char *arena[MP_ARENA_COUNT];    /* NULL for an empty arena */
+} cpu_backend;
+
+static const char *const cpu_op_names[OP_COUNT] = {
+#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = #nm,
+#include "graph/ops.def"
+#undef MN_OP
+};
+
+/* "node 12 (matmul)" or "node 3 (param 'fc1.w')" into buf. */
+static const char *cpu_node_label(char *buf, size_t cap, const mn_graph *g, int32_t id) {
+    if (id < 0 || id >= g->n) {
+        mn_fmt(buf, cap, "node %d (out of range)", (int)id);
+        return buf;
+    }
+    const node *n = &g->nodes[id];
+    const char *op = (unsigned)n->op < OP_COUNT ? cpu_op_names[n->op] : "?";
+    if (n->name) mn_fmt(buf, cap, "node %d (%s '%s')", (int)id, op, n->name);
+    else mn_fmt(buf, cap, "node %d (%s)", (int)id, op);
+    return buf;
+}
+
+/* The slot of node id, or an error naming the node if it has none. user >= 0
+ * means id is input `input` of node user (for the message only). */
+static mn_status cpu_slot(const cpu_backend *cb, int32_t id, int32_t user, int input, const mp_slot **out,
+                          const char *what, char *err, size_t cap) {
+    const mn_graph *g = cb->prog.g;
+    const mp_slot *s = NULL;
+    if (id >= 0 && id < g->n && id < cb->prog.plan->n) s = &cb->prog.plan->slots[id];
+    if (s && s->arena >= 0 && s->arena < MP_ARENA_COUNT) {
+        *out = s;
+        return MN_OK;
+    }
+    char lab[160], ulab[160] = "";
+    if (user >= 0) {
+        char tmp[160];
+        mn_fmt(ulab, sizeof ulab, " (input %d of %s)", input, cpu_node_label(tmp, sizeof tmp, g, user));
+    }
+    mn_fmt(err, cap, "cpu: %s: %s%s %s", what, cpu_node_label(lab, sizeof lab, g, id), ulab,
+           s ? "has no storage in the memory plan" : "has no slot");
+    return MN_E_INVALID;
+}
+
+static void *cpu_ptr(const cpu_backend *cb, const mp_slot *s) {
+    char *base = cb->arena[s->arena];
+    return base ? base + s->offset : NULL; /* NULL only for an empty arena */
+}
+
+static void cpu_destroy(void *b) {
+    cpu_backend *cb = b;
+    if (!cb) return;
+    for (int a = 0; a < MP_ARENA_COUNT; a++) free(cb->arena[a]);
+    free(cb);
+}
+
+/* Copies a CONST node's f32 data into its slot (converted for f64/i32). */
+static mn_status cpu_load_const(cpu_backend *cb, int32_t id, char *err, size_t cap) {
+    const mn_graph *g = cb->prog.g;
+    const node *n = &g->nodes[id];
+    const mp_slot *s = &cb->prog.plan->slots[id];
+    char lab[160];
+    if (s->arena < 0) return MN_OK; /* not live in this program */
+    uint64_t cnt = 1, want;
+    for (int i = 0; i < n->rank; i++) cnt *= (uint64_t)n->shape[i];
+    const size_t es = n->dtype == MN_I32 ? sizeof(int32_t) : cb->prog.f64 ? sizeof(double) : sizeof(float);
+    if (!mn_mul_u64(&want, cnt, es) || want != s->bytes || (cnt && !n->data)) {
+        mn_fmt(err, cap, "cpu: constant %s: %s (slot %llu bytes, %llu elements)",
+               cpu_node_label(lab, sizeof lab, g, id), n->data ? "slot size mismatch" : "no data",
+               (unsigned long long)s->bytes, (unsigned long long)cnt);
+        return MN_E_INVALID;
+    }
+    void *dst = cpu_ptr(cb, s);
+    if (n->dtype == MN_I32) {
+        for (uint64_t i = 0; i < cnt; i++) ((int32_t *)dst)[i] = (int32_t)n->data[i];
+    } else if (cb->prog.f64) {
+        for (uint64_t i = 0; i < cnt; i++) ((double *)dst)[i] = n->data[i];
+    } else if (cnt) {
+        memcpy(dst, n->data, (size_t)want);
+    }
+    return MN_OK;
+}
+
+static mn_status cpu_create(void **out, const program *p, char *err, size_t cap) {
+    *out = NULL;
+    if (!p || !p->g || !p->plan) {
+        mn_fmt(err, cap, "cpu: create: no program");
+        return MN_E_INVALID;
+    }
+    const memplan *plan = p->plan;
+    const size_t rs = p->f64 ? sizeof(double) : sizeof(float);
+    if (plan->n != p->g->n) {
+        mn_fmt(err, cap, "cpu: create: memory plan has %d slots for %d nodes", (int)plan->n, (int)p->g->n);
+        return MN_E_INVALID;
+    }
+    if (plan->real_size != rs) {
+        mn_fmt(err, cap, "cpu: create: memory plan assumes %zu-byte floats, backend mode is %s",
+               plan->real_size, p->f64 ? "f64" : "f32");
+        return MN_E_INVALID;
+    }
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        mn_fmt(err, cap, "cpu: create: out of memory");
+        return MN_E_NOMEM;
+    }
+    cb->prog = *p;
+    cb->kernels = p->f64 ? cpu_kernels_f64 : cpu_kernels_f32;
+
+    /* Every slot must lie inside its arena. */
+    for (int32_t id = 0; id < plan->n; id++) {
+        const mp_slot *s = &plan->slots[id];
+        uint64_t end;
+        char lab[160];
+        if (s->arena < 0) continue;
+        if (s->arena >= MP_ARENA_COUNT || !mn_add_u64(&end, s->offset, s->bytes) ||
+            end > plan->arena_bytes[s->arena]) {
+            mn_fmt(err, cap, "cpu: create: %s: slot [%llu, +%llu) outside arena %d",
+                   cpu_node_label(lab, sizeof lab, p->g, id), (unsigned long long)s->offset,
+                   (unsigned long long)s->bytes, (int)s->arena);
+            cpu_destroy(cb);
+            return MN_E_INVALID;
+        }
+    }
+
+    for (int a = 0; a < MP_ARENA_COUNT; a++) {
+        const uint64_t bytes = plan->arena_bytes[a];
+        uint64_t rounded;
+        if (bytes == 0) continue;
+        if (!mn_add_u64(&rounded, bytes, MP_ALIGN - 1) || rounded > SIZE_MAX) {
+            mn_fmt(err, cap, "cpu: create: arena %d of %llu bytes is too large", a, (unsigned long long)bytes);
+            cpu_destroy(cb);
+            return MN_E_NOMEM;
+        }
+        rounded -= rounded % MP_ALIGN;
+        cb->arena[a] = aligned_alloc(MP_ALIGN, (size_t)rounded);
+        if (!cb->arena[a]) {
+            mn_fmt(err, cap, "cpu: create: out of memory allocating arena %d (%llu bytes)", a,
+                   (unsigned long long)rounded);
+            cpu_destroy(cb);
+            return MN_E_NOMEM;
+        }
+        memset(cb->arena[a], 0, (size_t)rounded);
+    }
+
+    for (int32_t id = 0; id < p->g->n; id++) {
+        if (p->g->nodes[id].op != OP_CONST) continue;
+        mn_status st = cpu_load_const(cb, id, err, cap);
+        if (st != MN_OK) {
+            cpu_destroy(cb);
+            return st;
+        }
+    }
+    *out = cb;
+    return MN_OK;
+}
+
+/* Shared checks of write/read: the node has storage of exactly bytes. */
+static mn_status cpu_io_slot(const cpu_backend *cb, int32_t id, size_t bytes, const char *what,
+                             const mp_slot **s, char *err, size_t cap) {
+    mn_status st = cpu_slot(cb, id, -1, 0, s, what, err, cap);
+    if (st != MN_OK) return st;
+    if ((uint64_t)bytes != (*s)->bytes) {
+        char lab[160];
+        mn_fmt(err, cap, "cpu: %s: %s holds %llu bytes, got %zu", what,
+               cpu_node_label(lab, sizeof lab, cb->prog.g, id), (unsigned long long)(*s)->bytes, bytes);
+        return MN_E_SHAPE;
+    }
+    return MN_OK;
+}
+
+static mn_status cpu_write(void *b, int32_t id, const void *src, size_t bytes, char *err, size_t cap) {
+    const cpu_backend *cb = b;
+    const mp_slot *s;
+    mn_status st = cpu_io_slot(cb, id, bytes, "write", &s, err, cap);
+    if (st != MN_OK) return st;
+    if (bytes) memcpy(cpu_ptr(cb, s), src, bytes);
+    return MN_OK;
+}
+
+static mn_status cpu_read(void *b, int32_t id, void *dst, size_t bytes, char *err, size_t cap) {
+    const cpu_backend *cb = b;
+    const mp_slot *s;
+    mn_status st = cpu_io_slot(cb, id, bytes, "read", &s, err, cap);
+    if (st != MN_OK) return st;
+    if (bytes) memcpy(dst, cpu_ptr(cb, s), bytes);
+    return MN_OK;
+}
+
+static mn_status cpu_execute(void *b, const int32_t *nodes, int32_t count, char *err, size_t cap) {
+    const cpu_backend *cb = b;
+    const mn_graph *g = cb->prog.g;
+    for (int32_t k = 0; k < count; k++) {
+        const int32_t id = nodes[k];
+        const mp_slot *s;
+        mn_status st = cpu_slot(cb, id, -1, 0, &s, "execute", err, cap);
+        if (st != MN_OK) return st;
+        const node *n = &g->nodes[id];
+        if ((unsigned)n->op >= OP_COUNT || n->nin < 0 || n->nin > NODE_MAX_IN) {
+            char lab[160];
+            mn_fmt(err, cap, "cpu: execute: %s: bad op or input count", cpu_node_label(lab, sizeof lab, g, id));
+            return MN_E_INVALID;
+        }
+        void *in[NODE_MAX_IN] = {0};
+        for (int i = 0; i < n->nin; i++) {
+            const mp_slot *si;
+            st = cpu_slot(cb, n->in[i], id, i, &si, "execute", err, cap);
+            if (st != MN_OK) return st;
+            in[i] = cpu_ptr(cb, si);
+        }
+        cb->kernels[n->op](g, n, cpu_ptr(cb, s), in);
+    }
+    return MN_OK;
+}
+
+const backend_vtable backend_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .write = cpu_write,
+    .read = cpu_read,
+    .execute = cpu_execute,
+};

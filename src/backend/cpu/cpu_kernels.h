@@ -1,0 +1,35 @@
+/* cpu_kernels.h - the naive CPU reference kernels, one per op of ops.def.
+ *
+ * Every kernel has the same signature: it reads the node's inputs through
+ * in[i] (storage of g->nodes[n->in[i]], laid out row-major in the storage
+ * format) and writes the node's output through out. Input shapes come from
+ * g->nodes[n->in[i]], the output shape from n. Two tables exist: float tensors
+ * stored as float (cpu_kernels_f32) or as double (cpu_kernels_f64, the
+ * oracle's high-precision mode). Tensors of dtype MN_I32 (class labels) are
+ * int32_t in both modes. Reductions (SUM, MEAN, REDUCE_TO, softmax sums,
+ * losses, SUMSQ) accumulate in double in both modes; matmul and convolution
+ * accumulate in the storage type.
+ *
+ * Aliasing: the elementwise kernels (binary ops where out has input 0's
+ * shape, unary ops, UNARY_BWD into dy's storage, SOFTMAX, LOG_SOFTMAX,
+ * STOP_GRAD, RESHAPE) tolerate out == in[0]. The optimizer kernels require
+ * out == in[0] (or at least that out may be written after in[0] is read at
+ * the same index). Every other kernel (MATMUL, PERMUTE, BROADCAST,
+ * REDUCE_TO, reductions, CONV2D*, MAXPOOL2D*, the *_BWD kernels of softmax
+ * and losses) needs out distinct from its inputs.
+ *
+ * Does not: check shapes (the graph's shape rules did), allocate memory,
+ * know about arenas or the memory plan (cpu.c does).
+ */
+#ifndef MN_CPU_KERNELS_H
+#define MN_CPU_KERNELS_H
+
+#include "graph/graph.h"
+
+typedef void (*cpu_kernel_fn)(const mn_graph *g, const node *n, void *out,
+                              void *const in[NODE_MAX_IN]);
+
+/* Indexed by op_id; every entry is non-NULL (sources are no-ops). */
+extern const cpu_kernel_fn cpu_kernels_f32[OP_COUNT], cpu_kernels_f64[OP_COUNT];
+
+#endif

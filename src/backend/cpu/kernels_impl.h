@@ -1,0 +1,672 @@
+/* kernels_impl.h - the CPU reference kernels, written once over `real`.
+ *
+ * Included twice by kernels.c: with real = float, KN_SUFFIX = _f32 and with
+ * real = double, KN_SUFFIX = _f64; each inclusion defines cpu_<op><suffix>
+ * for every op of ops.def and the table cpu_kernels<suffix>. Math calls go
+ * through <tgmath.h>, so exp(x) is expf for float and exp for double; float
+ * constants are written as (real) casts to keep f32 arithmetic in f32.
+ *
+ * Layout: tensors are dense row-major. Shape comments use the ops.def names.
+ * No include guard on purpose. Does not: check shapes, allocate, or call
+ * anything outside kernels.c's helpers and libm.
+ */
+
+#ifndef KN_CAT
+#define KN_CAT_(a, b) a##b
+#define KN_CAT(a, b) KN_CAT_(a, b)
+#define KN(nm) KN_CAT(cpu_##nm, KN_SUFFIX)
+#define KN_DEF(nm)                                                                                 \
+    static void KN(nm)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN])
+/* 1/sqrt(2), 1/sqrt(2*pi), sqrt(2/pi) */
+#define KN_SQRT1_2 0.70710678118654752440
+#define KN_INV_SQRT_2PI 0.39894228040143267794
+#define KN_SQRT_2_PI 0.79788456080286535588
+enum { KN_RED_SUM, KN_RED_MEAN, KN_RED_MAX };
+#endif
+
+/* ---- sources: storage written by the session (or cpu.c for CONST) -------- */
+
+KN_DEF(input) { (void)g, (void)n, (void)out, (void)in; }
+KN_DEF(param) { (void)g, (void)n, (void)out, (void)in; }
+KN_DEF(state) { (void)g, (void)n, (void)out, (void)in; }
+KN_DEF(const) { (void)g, (void)n, (void)out, (void)in; }
+
+/* "v beats best" for max-style searches: larger, or the first NaN (which then
+ * stays). Ties never beat, so the first maximum wins. */
+static inline bool KN(beats)(real v, real best) { return v > best || (v != v && best == best); }
+
+/* ---- matmul -------------------------------------------------------------- */
+
+/* c[M,N] = op(a) @ op(b); op(a) is [M,K] (a stored [K,M] if ta), op(b) is
+ * [K,N] (b stored [N,K] if tb). The loop order keeps the innermost loop
+ * contiguous where the layout allows it. */
+static void KN(gemm)(real *restrict c, const real *restrict a, const real *restrict b, int64_t M,
+                     int64_t K, int64_t N, bool ta, bool tb) {
+    if (!tb) { /* i-k-j: c[i,:] += a(i,k) * b[k,:] */
+        for (int64_t i = 0; i < M; i++) {
+            real *crow = c + i * N;
+            for (int64_t j = 0; j < N; j++) crow[j] = 0;
+            for (int64_t k = 0; k < K; k++) {
+                const real aik = ta ? a[k * M + i] : a[i * K + k];
+                const real *brow = b + k * N;
+                for (int64_t j = 0; j < N; j++) crow[j] += aik * brow[j];
+            }
+        }
+    } else { /* b stored [N,K]: dot products along k */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                const real *bcol = b + j * K;
+                real s = 0;
+                if (!ta) {
+                    const real *arow = a + i * K;
+                    for (int64_t k = 0; k < K; k++) s += arow[k] * bcol[k];
+                } else {
+                    for (int64_t k = 0; k < K; k++) s += a[k * M + i] * bcol[k];
+                }
+                c[i * N + j] = s;
+            }
+    }
+}
+
+/* a: [M,K] | [B,M,K] (ip[0]: [K,M] | [B,K,M]); b: [K,N] | [B,K,N] (ip[1]:
+ * [N,K] | [B,N,K]); a rank-2 operand is shared across the batch. */
+KN_DEF(matmul) {
+    const node *A = kn_in(g, n, 0), *B = kn_in(g, n, 1);
+    const bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    const int64_t M = A->shape[A->rank - (ta ? 1 : 2)], K = A->shape[A->rank - (ta ? 2 : 1)];
+    const int64_t N = B->shape[B->rank - (tb ? 2 : 1)];
+    const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
+    const int64_t sa = A->rank == 3 ? M * K : 0, sb = B->rank == 3 ? K * N : 0;
+    const real *a = in[0], *b = in[1];
+    real *c = out;
+    for (int64_t bi = 0; bi < batch; bi++) KN(gemm)(c + bi * M * N, a + bi * sa, b + bi * sb, M, K, N, ta, tb);
+}
+
+/* ---- elementwise binary with broadcasting -------------------------------- */
+
+static inline real KN(binop)(op_id op, real a, real b) {
+    switch (op) {
+    case OP_ADD: return a + b;
+    case OP_SUB: return a - b;
+    case OP_MUL: return a * b;
+    default: return a / b; /* OP_DIV */
+    }
+}
+
+/* out[node shape] = a op b, numpy broadcasting (rank <= 4, right-aligned).
+ * out may alias an input of the output's shape. */
+static inline void KN(binary)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN],
+                              op_id op) {
+    bcast_iter it;
+    bcast_init(&it, n, kn_in(g, n, 0), kn_in(g, n, 1));
+    const real *a = in[0], *b = in[1];
+    real *o = out;
+    const int64_t sa3 = it.stride[0][3], sb3 = it.stride[1][3];
+    int64_t k = 0;
+    for (int64_t i0 = 0; i0 < it.dim[0]; i0++)
+        for (int64_t i1 = 0; i1 < it.dim[1]; i1++)
+            for (int64_t i2 = 0; i2 < it.dim[2]; i2++) {
+                const real *pa = a + i0 * it.stride[0][0] + i1 * it.stride[0][1] + i2 * it.stride[0][2];
+                const real *pb = b + i0 * it.stride[1][0] + i1 * it.stride[1][1] + i2 * it.stride[1][2];
+                for (int64_t i3 = 0; i3 < it.dim[3]; i3++, k++) o[k] = KN(binop)(op, pa[i3 * sa3], pb[i3 * sb3]);
+            }
+}
+
+KN_DEF(add) { KN(binary)(g, n, out, in, OP_ADD); }
+KN_DEF(sub) { KN(binary)(g, n, out, in, OP_SUB); }
+KN_DEF(mul) { KN(binary)(g, n, out, in, OP_MUL); }
+KN_DEF(div) { KN(binary)(g, n, out, in, OP_DIV); }
+
+/* ---- elementwise unary --------------------------------------------------- */
+
+static inline real KN(sigmoid1)(real x) {
+    if (x >= 0) return (real)1 / ((real)1 + exp(-x));
+    const real e = exp(x); /* no overflow for very negative x */
+    return e / ((real)1 + e);
+}
+static inline real KN(gelu1)(real x) {
+    return (real)0.5 * x * ((real)1 + erf(x * (real)KN_SQRT1_2));
+}
+static inline real KN(gelu_tanh1)(real x) {
+    const real u = (real)KN_SQRT_2_PI * (x + (real)0.044715 * x * x * x);
+    return (real)0.5 * x * ((real)1 + tanh(u));
+}
+
+/* y[i] = EXPR(v) with v = x[i]; y may alias x. */
+#define KN_UNARY(nm, EXPR)                                                                         \
+    KN_DEF(nm) {                                                                                   \
+        const real *x = in[0];                                                                     \
+        real *y = out;                                                                             \
+        const int64_t cnt = kn_numel(n);                                                           \
+        (void)g;                                                                                   \
+        for (int64_t i = 0; i < cnt; i++) {                                                        \
+            const real v = x[i];                                                                   \
+            y[i] = (EXPR);                                                                         \
+        }                                                                                          \
+    }
+
+KN_UNARY(scale, v * (real)n->fp[0])
+KN_UNARY(neg, -v)
+KN_UNARY(exp, exp(v))
+KN_UNARY(log, log(v))
+KN_UNARY(sqrt, sqrt(v))
+KN_UNARY(rsqrt, (real)1 / sqrt(v))
+KN_UNARY(relu, v > 0 ? v : (real)0)
+KN_UNARY(sigmoid, KN(sigmoid1)(v))
+KN_UNARY(tanh, tanh(v))
+KN_UNARY(gelu, KN(gelu1)(v))
+KN_UNARY(gelu_tanh, KN(gelu_tanh1)(v))
+KN_UNARY(silu, v * KN(sigmoid1)(v))
+#undef KN_UNARY
+
+KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
+
+/* ---- reductions: x viewed as [outer, len, inner], out as [outer, inner] --- */
+
+static void KN(reduce)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN], int kind) {
+    int64_t outer, len, inner;
+    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), n->ip[0]);
+    const real *x = in[0];
+    real *y = out;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const real *p = x + o * len * inner + j;
+            if (kind == KN_RED_MAX) {
+                real best = p[0];
+                for (int64_t l = 1; l < len; l++)
+                    if (KN(beats)(p[l * inner], best)) best = p[l * inner];
+                y[o * inner + j] = best;
+            } else {
+                double s = 0;
+                for (int64_t l = 0; l < len; l++) s += p[l * inner];
+                y[o * inner + j] = (real)(kind == KN_RED_MEAN ? s / (double)len : s);
+            }
+        }
+}
+
+KN_DEF(sum) { KN(reduce)(g, n, out, in, KN_RED_SUM); }
+KN_DEF(mean) { KN(reduce)(g, n, out, in, KN_RED_MEAN); }
+KN_DEF(max) { KN(reduce)(g, n, out, in, KN_RED_MAX); }
+
+/* (x, y, dy) -> dx[x shape]: each dy goes to the first argmax of its slice. */
+KN_DEF(max_bwd) {
+    int64_t outer, len, inner;
+    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), n->ip[0]);
+    const real *x = in[0], *dy = in[2];
+    real *dx = out;
+    for (int64_t i = 0, cnt = kn_numel(n); i < cnt; i++) dx[i] = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            const real *p = x + o * len * inner + j;
+            int64_t arg = 0;
+            for (int64_t l = 1; l < len; l++)
+                if (KN(beats)(p[l * inner], p[arg * inner])) arg = l;
+            dx[(o * len + arg) * inner + j] = dy[o * inner + j];
+        }
+}
+
+/* ---- last-axis normalisations -------------------------------------------- */
+
+static int64_t KN(lastdim)(const node *x) { return x->rank ? x->shape[x->rank - 1] : 1; }
+
+/* Row statistics for a stable softmax: *m = max, return sum exp(x - m). */
+static double KN(row_stats)(const real *x, int64_t C, real *m) {
+    real best = x[0];
+    for (int64_t j = 1; j < C; j++)
+        if (KN(beats)(x[j], best)) best = x[j];
+    double s = 0;
+    for (int64_t j = 0; j < C; j++) s += (double)exp(x[j] - best);
+    *m = best;
+    return s;
+}
+
+/* y may alias x. */
+KN_DEF(softmax) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), rows = kn_numel(X) / C;
+    for (int64_t r = 0; r < rows; r++) {
+        const real *x = (const real *)in[0] + r * C;
+        real *y = (real *)out + r * C, m;
+        const double s = KN(row_stats)(x, C, &m);
+        const real inv = (real)(1.0 / s);
+        for (int64_t j = 0; j < C; j++) y[j] = exp(x[j] - m) * inv;
+    }
+}
+
+/* y = x - m - log(sum exp(x - m)), the subtraction done in double. */
+KN_DEF(log_softmax) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), rows = kn_numel(X) / C;
+    for (int64_t r = 0; r < rows; r++) {
+        const real *x = (const real *)in[0] + r * C;
+        real *y = (real *)out + r * C, m;
+        const double s = KN(row_stats)(x, C, &m), lse = (double)m + log(s);
+        for (int64_t j = 0; j < C; j++) y[j] = (real)((double)x[j] - lse);
+    }
+}
+
+/* (y, dy) -> y * (dy - sum(dy * y)) per row. */
+KN_DEF(softmax_bwd) {
+    const node *Y = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(Y), rows = kn_numel(Y) / C;
+    for (int64_t r = 0; r < rows; r++) {
+        const real *y = (const real *)in[0] + r * C, *dy = (const real *)in[1] + r * C;
+        real *dx = (real *)out + r * C;
+        double s = 0;
+        for (int64_t j = 0; j < C; j++) s += (double)dy[j] * (double)y[j];
+        for (int64_t j = 0; j < C; j++) dx[j] = y[j] * (dy[j] - (real)s);
+    }
+}
+
+/* (y, dy) -> dy - exp(y) * sum(dy) per row (y = log_softmax). */
+KN_DEF(log_softmax_bwd) {
+    const node *Y = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(Y), rows = kn_numel(Y) / C;
+    for (int64_t r = 0; r < rows; r++) {
+        const real *y = (const real *)in[0] + r * C, *dy = (const real *)in[1] + r * C;
+        real *dx = (real *)out + r * C;
+        double s = 0;
+        for (int64_t j = 0; j < C; j++) s += dy[j];
+        for (int64_t j = 0; j < C; j++) dx[j] = dy[j] - exp(y[j]) * (real)s;
+    }
+}
+
+/* ---- layout -------------------------------------------------------------- */
+
+/* A view: the planner gives it its input's storage; copy only when not. */
+KN_DEF(reshape) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
+KN_DEF(permute) { kn_permute(n, kn_in(g, n, 0), out, in[0], kn_esize(n, sizeof(real))); }
+KN_DEF(broadcast) { kn_broadcast(n, kn_in(g, n, 0), out, in[0], kn_esize(n, sizeof(real))); }
+
+/* Sums x down to the node's shape: out[o] = sum of x over the dims that the
+ * node has as 1 (or lacks) and x does not; right-aligned like broadcasting. */
+KN_DEF(reduce_to) {
+    const node *X = kn_in(g, n, 0);
+    int64_t xd[4], od[4], xs[4], cnt[4], acc = 1;
+    kn_pad4(xd, X->rank, X->shape);
+    kn_pad4(od, n->rank, n->shape);
+    for (int d = 3; d >= 0; d--) {
+        xs[d] = xd[d] == 1 ? 0 : acc; /* a size-1 x dim is read at index 0 */
+        acc *= xd[d];
+        cnt[d] = od[d] == 1 ? xd[d] : 1;
+    }
+    const real *x = in[0];
+    real *y = out;
+    int64_t k = 0;
+    for (int64_t o0 = 0; o0 < od[0]; o0++)
+        for (int64_t o1 = 0; o1 < od[1]; o1++)
+            for (int64_t o2 = 0; o2 < od[2]; o2++)
+                for (int64_t o3 = 0; o3 < od[3]; o3++, k++) {
+                    double s = 0;
+                    for (int64_t r0 = 0; r0 < cnt[0]; r0++)
+                        for (int64_t r1 = 0; r1 < cnt[1]; r1++)
+                            for (int64_t r2 = 0; r2 < cnt[2]; r2++)
+                                for (int64_t r3 = 0; r3 < cnt[3]; r3++)
+                                    s += x[(o0 + r0) * xs[0] + (o1 + r1) * xs[1] + (o2 + r2) * xs[2] +
+                                           (o3 + r3) * xs[3]];
+                    y[k] = (real)s;
+                }
+}
+
+/* ---- losses (scalar outputs, mean over rows B) --------------------------- */
+
+/* logits [B,C], labels i32 [B] -> mean_b(lse_b - x[b,label_b]); a label
+ * outside [0,C) contributes 0 (still counted in B). */
+KN_DEF(cross_entropy) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
+    const int32_t *lab = in[1];
+    double tot = 0;
+    for (int64_t b = 0; b < B; b++) {
+        if (lab[b] < 0 || lab[b] >= C) continue;
+        const real *x = (const real *)in[0] + b * C;
+        real m;
+        const double s = KN(row_stats)(x, C, &m);
+        tot += log(s) + (double)m - (double)x[lab[b]];
+    }
+    *(real *)out = (real)(tot / (double)B);
+}
+
+/* (logits, labels, dloss) -> (softmax - onehot) * dloss / B; rows with an
+ * out-of-range label get 0. */
+KN_DEF(cross_entropy_bwd) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
+    const int32_t *lab = in[1];
+    const double scale = (double)*(const real *)in[2] / (double)B;
+    for (int64_t b = 0; b < B; b++) {
+        const real *x = (const real *)in[0] + b * C;
+        real *dx = (real *)out + b * C, m;
+        if (lab[b] < 0 || lab[b] >= C) {
+            for (int64_t j = 0; j < C; j++) dx[j] = 0;
+            continue;
+        }
+        const double s = KN(row_stats)(x, C, &m);
+        for (int64_t j = 0; j < C; j++) {
+            const double p = exp((double)x[j] - (double)m) / s;
+            dx[j] = (real)((p - (j == lab[b] ? 1.0 : 0.0)) * scale);
+        }
+    }
+}
+
+/* logits [B,C], targets [B,C] -> -mean_b sum_c t * log_softmax(x). */
+KN_DEF(cross_entropy_dense) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
+    double tot = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const real *x = (const real *)in[0] + b * C, *t = (const real *)in[1] + b * C;
+        real m;
+        const double lse = log(KN(row_stats)(x, C, &m)) + (double)m;
+        for (int64_t j = 0; j < C; j++) tot += (double)t[j] * ((double)x[j] - lse);
+    }
+    *(real *)out = (real)(-tot / (double)B);
+}
+
+/* (logits, targets, dloss) -> ip[0] = 0: dlogits = (softmax*sum(t) - t)*dloss/B;
+ *                             ip[0] = 1: dtargets = -log_softmax * dloss/B. */
+KN_DEF(cross_entropy_dense_bwd) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
+    const double scale = (double)*(const real *)in[2] / (double)B;
+    for (int64_t b = 0; b < B; b++) {
+        const real *x = (const real *)in[0] + b * C, *t = (const real *)in[1] + b * C;
+        real *d = (real *)out + b * C, m;
+        const double s = KN(row_stats)(x, C, &m), lse = log(s) + (double)m;
+        if (n->ip[0] == 1) {
+            for (int64_t j = 0; j < C; j++) d[j] = (real)(-((double)x[j] - lse) * scale);
+        } else {
+            double ts = 0;
+            for (int64_t j = 0; j < C; j++) ts += t[j];
+            for (int64_t j = 0; j < C; j++) {
+                const double p = exp((double)x[j] - (double)m) / s;
+                d[j] = (real)((p * ts - (double)t[j]) * scale);
+            }
+        }
+    }
+}
+
+/* mean((a - b)^2); a and b have the same element count. */
+KN_DEF(mse) {
+    const real *a = in[0], *b = in[1];
+    const int64_t cnt = kn_numel(kn_in(g, n, 0));
+    double s = 0;
+    for (int64_t i = 0; i < cnt; i++) {
+        const double d = (double)a[i] - (double)b[i];
+        s += d * d;
+    }
+    *(real *)out = (real)(s / (double)cnt);
+}
+
+/* ---- convolution: x [N,C,H,W], w [O,C/groups,KH,KW], y [N,O,OH,OW] ------- */
+
+/* y = conv(x, w) + bias[o] (nin == 3); zero padding. */
+KN_DEF(conv2d) {
+    conv_geom c;
+    conv_geom_init(&c, n, kn_in(g, n, 0), kn_in(g, n, 1), n);
+    const real *x = in[0], *w = in[1], *bias = n->nin > 2 ? in[2] : NULL;
+    real *y = out;
+    for (int64_t b = 0; b < c.N; b++)
+        for (int64_t o = 0; o < c.O; o++) {
+            real *yp = y + (b * c.O + o) * c.OH * c.OW; /* [OH,OW] */
+            const real b0 = bias ? bias[o] : 0;
+            for (int64_t i = 0; i < c.OH * c.OW; i++) yp[i] = b0;
+            const int64_t grp = o / c.Og;
+            for (int64_t ci = 0; ci < c.Cg; ci++) {
+                const real *xp = x + (b * c.C + grp * c.Cg + ci) * c.H * c.W; /* [H,W] */
+                for (int64_t kh = 0; kh < c.KH; kh++) {
+                    int64_t oh0, oh1;
+                    conv_range(&oh0, &oh1, c.OH, c.H, c.sh, c.ph, c.dh, kh);
+                    for (int64_t kw = 0; kw < c.KW; kw++) {
+                        int64_t ow0, ow1;
+                        conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
+                        const real wv = w[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw];
+                        for (int64_t oh = oh0; oh < oh1; oh++) {
+                            const real *xr = xp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            real *yr = yp + oh * c.OW;
+                            for (int64_t ow = ow0; ow < ow1; ow++) yr[ow] += wv * xr[ow * c.sw];
+                        }
+                    }
+                }
+            }
+        }
+}
+
+/* (dy [N,O,OH,OW], w) -> dx [N,C,H,W] (node shape). */
+KN_DEF(conv2d_bwd_input) {
+    const node *DY = kn_in(g, n, 0);
+    conv_geom c;
+    conv_geom_init(&c, n, n, kn_in(g, n, 1), DY);
+    const real *dy = in[0], *w = in[1];
+    real *dx = out;
+    for (int64_t i = 0, cnt = kn_numel(n); i < cnt; i++) dx[i] = 0;
+    for (int64_t b = 0; b < c.N; b++)
+        for (int64_t o = 0; o < c.O; o++) {
+            const real *dyp = dy + (b * c.O + o) * c.OH * c.OW;
+            const int64_t grp = o / c.Og;
+            for (int64_t ci = 0; ci < c.Cg; ci++) {
+                real *dxp = dx + (b * c.C + grp * c.Cg + ci) * c.H * c.W;
+                for (int64_t kh = 0; kh < c.KH; kh++) {
+                    int64_t oh0, oh1;
+                    conv_range(&oh0, &oh1, c.OH, c.H, c.sh, c.ph, c.dh, kh);
+                    for (int64_t kw = 0; kw < c.KW; kw++) {
+                        int64_t ow0, ow1;
+                        conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
+                        const real wv = w[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw];
+                        for (int64_t oh = oh0; oh < oh1; oh++) {
+                            real *xr = dxp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            const real *yr = dyp + oh * c.OW;
+                            for (int64_t ow = ow0; ow < ow1; ow++) xr[ow * c.sw] += wv * yr[ow];
+                        }
+                    }
+                }
+            }
+        }
+}
+
+/* (x, dy [N,O,OH,OW]) -> dw [O,C/groups,KH,KW] (node shape). */
+KN_DEF(conv2d_bwd_weight) {
+    conv_geom c;
+    conv_geom_init(&c, n, kn_in(g, n, 0), n, kn_in(g, n, 1));
+    const real *x = in[0], *dy = in[1];
+    real *dw = out;
+    for (int64_t o = 0; o < c.O; o++) {
+        const int64_t grp = o / c.Og;
+        for (int64_t ci = 0; ci < c.Cg; ci++)
+            for (int64_t kh = 0; kh < c.KH; kh++) {
+                int64_t oh0, oh1;
+                conv_range(&oh0, &oh1, c.OH, c.H, c.sh, c.ph, c.dh, kh);
+                for (int64_t kw = 0; kw < c.KW; kw++) {
+                    int64_t ow0, ow1;
+                    conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
+                    real s = 0;
+                    for (int64_t b = 0; b < c.N; b++) {
+                        const real *xp = x + (b * c.C + grp * c.Cg + ci) * c.H * c.W;
+                        const real *dyp = dy + (b * c.O + o) * c.OH * c.OW;
+                        for (int64_t oh = oh0; oh < oh1; oh++) {
+                            const real *xr = xp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            const real *yr = dyp + oh * c.OW;
+                            for (int64_t ow = ow0; ow < ow1; ow++) s += xr[ow * c.sw] * yr[ow];
+                        }
+                    }
+                    dw[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw] = s;
+                }
+            }
+    }
+}
+
+/* ---- max pooling: x [N,C,H,W] -> y [N,C,OH,OW] --------------------------- */
+
+/* Index (ih*W + iw) of the first maximum of the window at (oh, ow) of plane
+ * xp [H,W], or -1 if the window lies wholly in the padding. ip as MAXPOOL2D;
+ * a stride of 0 means the kernel size. */
+static int64_t KN(pool_arg)(const node *n, const real *xp, int64_t H, int64_t W, int64_t oh, int64_t ow) {
+    const int64_t kh = n->ip[0], kw = n->ip[1];
+    const int64_t sh = n->ip[2] > 0 ? n->ip[2] : kh, sw = n->ip[3] > 0 ? n->ip[3] : kw;
+    int64_t arg = -1;
+    for (int64_t i = 0; i < kh; i++) {
+        const int64_t ih = oh * sh - n->ip[4] + i;
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t j = 0; j < kw; j++) {
+            const int64_t iw = ow * sw - n->ip[5] + j;
+            if (iw < 0 || iw >= W) continue;
+            if (arg < 0 || KN(beats)(xp[ih * W + iw], xp[arg])) arg = ih * W + iw;
+        }
+    }
+    return arg;
+}
+
+/* Padded cells never win; a window wholly in the padding gives -inf. */
+KN_DEF(maxpool2d) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t H = X->shape[2], W = X->shape[3], OH = n->shape[2], OW = n->shape[3];
+    const int64_t planes = X->shape[0] * X->shape[1];
+    for (int64_t p = 0; p < planes; p++) {
+        const real *xp = (const real *)in[0] + p * H * W;
+        real *yp = (real *)out + p * OH * OW;
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t arg = KN(pool_arg)(n, xp, H, W, oh, ow);
+                yp[oh * OW + ow] = arg >= 0 ? xp[arg] : (real)-INFINITY;
+            }
+    }
+}
+
+/* (x, dy [N,C,OH,OW]) -> dx [N,C,H,W]: each window's dy goes to its first
+ * maximum; overlapping windows accumulate. */
+KN_DEF(maxpool2d_bwd) {
+    const node *X = kn_in(g, n, 0), *DY = kn_in(g, n, 1);
+    const int64_t H = X->shape[2], W = X->shape[3], OH = DY->shape[2], OW = DY->shape[3];
+    const int64_t planes = X->shape[0] * X->shape[1];
+    real *dx = out;
+    for (int64_t i = 0, cnt = kn_numel(n); i < cnt; i++) dx[i] = 0;
+    for (int64_t p = 0; p < planes; p++) {
+        const real *xp = (const real *)in[0] + p * H * W, *dyp = (const real *)in[1] + p * OH * OW;
+        real *dxp = dx + p * H * W;
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                const int64_t arg = KN(pool_arg)(n, xp, H, W, oh, ow);
+                if (arg >= 0) dxp[arg] += dyp[oh * OW + ow];
+            }
+    }
+}
+
+/* ---- unary backward: (x, y, dy) -> dy * f'(x), ip[0] = forward op -------- */
+
+static inline real KN(dunary)(op_id op, real x, real y) {
+    switch (op) {
+    case OP_EXP: return y;
+    case OP_LOG: return (real)1 / x;
+    case OP_SQRT: return (real)0.5 / y;
+    case OP_RSQRT: return (real)-0.5 * y * y * y;
+    case OP_SIGMOID: return y * ((real)1 - y);
+    case OP_TANH: return (real)1 - y * y;
+    case OP_GELU: /* Phi(x) + x phi(x) */
+        return (real)0.5 * ((real)1 + erf(x * (real)KN_SQRT1_2)) +
+               x * (real)KN_INV_SQRT_2PI * exp((real)-0.5 * x * x);
+    case OP_GELU_TANH: {
+        const real c = (real)KN_SQRT_2_PI, k = (real)0.044715;
+        const real t = tanh(c * (x + k * x * x * x));
+        return (real)0.5 * ((real)1 + t) + (real)0.5 * x * ((real)1 - t * t) * c * ((real)1 + 3 * k * x * x);
+    }
+    case OP_SILU: {
+        const real s = KN(sigmoid1)(x);
+        return s * ((real)1 + x * ((real)1 - s));
+    }
+    default: MN_ASSERT(!"unary_bwd: ip[0] is not a differentiable unary op"); return 0;
+    }
+}
+
+/* out may alias any input. */
+KN_DEF(unary_bwd) {
+    const real *x = in[0], *y = in[1], *dy = in[2];
+    real *dx = out;
+    const op_id op = (op_id)n->ip[0];
+    const int64_t cnt = kn_numel(n);
+    (void)g;
+    if (op == OP_RELU) {
+        for (int64_t i = 0; i < cnt; i++) dx[i] = x[i] > 0 ? dy[i] : (real)0;
+        return;
+    }
+    for (int64_t i = 0; i < cnt; i++) dx[i] = dy[i] * KN(dunary)(op, x[i], y[i]);
+}
+
+/* ---- optimizer: out is the parameter's storage (== in[0]) --------------- */
+
+/* Scalar clip coefficient (optional last input) or 1. */
+static real KN(clip_of)(const node *n, void *const in[NODE_MAX_IN], int idx) {
+    return n->nin > idx ? *(const real *)in[idx] : (real)1;
+}
+
+/* torch.optim.SGD with dampening 0 (buf starts at zero: buf1 = g as in torch).
+ * in: param, grad, momentum_buf, hyper[, clip]. */
+KN_DEF(sgd_update) {
+    const real *p0 = in[0], *gr = in[1], *hyper = in[3];
+    real *p = out, *buf = in[2];
+    const real clip = KN(clip_of)(n, in, 4);
+    const real lr = (real)((double)hyper[0] * n->fp[0]);
+    const real mom = (real)n->fp[1], wd = (real)n->fp[4];
+    const bool nesterov = n->ip[0] != 0;
+    const int64_t cnt = kn_numel(n);
+    (void)g;
+    for (int64_t i = 0; i < cnt; i++) {
+        const real pv = p0[i];
+        real gv = clip * gr[i];
+        if (wd != 0) gv += wd * pv;
+        if (mom != 0) {
+            const real b = mom * buf[i] + gv;
+            buf[i] = b;
+            gv = nesterov ? gv + mom * b : b;
+        }
+        p[i] = pv - lr * gv;
+    }
+}
+
+/* torch.optim.Adam (ip[0] = 0, L2 into the gradient) / AdamW (ip[0] = 1,
+ * decoupled decay). in: param, grad, m, v, hyper[, clip]. */
+KN_DEF(adam_update) {
+    const real *p0 = in[0], *gr = in[1], *hyper = in[4];
+    real *p = out, *m = in[2], *v = in[3];
+    const real clip = KN(clip_of)(n, in, 5);
+    const real lr = (real)((double)hyper[0] * n->fp[0]), bc1 = hyper[1], bc2 = hyper[2];
+    const real b1 = (real)n->fp[1], b2 = (real)n->fp[2], eps = (real)n->fp[3], wd = (real)n->fp[4];
+    const bool decoupled = n->ip[0] != 0;
+    const int64_t cnt = kn_numel(n);
+    (void)g;
+    for (int64_t i = 0; i < cnt; i++) {
+        real pv = p0[i], gv = clip * gr[i];
+        if (wd != 0) {
+            if (decoupled) pv *= (real)1 - lr * wd;
+            else gv += wd * pv;
+        }
+        m[i] = b1 * m[i] + ((real)1 - b1) * gv;
+        v[i] = b2 * v[i] + ((real)1 - b2) * gv * gv;
+        const real mhat = m[i] / bc1, vhat = v[i] / bc2;
+        p[i] = pv - lr * mhat / (sqrt(vhat) + eps);
+    }
+}
+
+/* x scalar (a sum of squares) -> min(1, fp[0] / (sqrt(x) + 1e-6)). */
+KN_DEF(clip_coef) {
+    const double c = n->fp[0] / (sqrt((double)*(const real *)in[0]) + 1e-6);
+    (void)g;
+    *(real *)out = (real)(c < 1 ? c : 1);
+}
+
+/* x -> sum(x*x), scalar. */
+KN_DEF(sumsq) {
+    const real *x = in[0];
+    double s = 0;
+    for (int64_t i = 0, cnt = kn_numel(kn_in(g, n, 0)); i < cnt; i++) s += (double)x[i] * (double)x[i];
+    *(real *)out = (real)s;
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+const cpu_kernel_fn KN_CAT(cpu_kernels, KN_SUFFIX)[OP_COUNT] = {
+#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = KN(nm),
+#include "graph/ops.def"
+#undef MN_OP
+};
+_Static_assert(MN_ARRAY_LEN(KN_CAT(cpu_kernels, KN_SUFFIX)) == OP_COUNT,
+               "cpu kernel table must have one entry per op of ops.def");

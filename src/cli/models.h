@@ -1,0 +1,32 @@
+/* models.h - the MNIST models of the meganeura CLI, built with the public API.
+ *
+ * Every model reads input "x" f32 [B,784] (pixels / 255) and marks output
+ * "logits" f32 [B,10]. A training graph also reads input "y" i32 [B] (class
+ * labels) and has loss = mn_cross_entropy(logits, y). Parameter names are the
+ * same in both, so a training checkpoint loads into an inference session.
+ *
+ * Does not: create sessions, train, or know about data files.
+ */
+#ifndef MN_CLI_MODELS_H
+#define MN_CLI_MODELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "meganeura.h"
+
+typedef enum cli_model { CLI_MODEL_MLP = 0, CLI_MODEL_CNN = 1 } cli_model;
+
+/* "mlp" / "cnn". */
+const char *cli_model_name(cli_model m);
+/* Parses "mlp" or "cnn"; false for anything else. */
+bool cli_model_parse(cli_model *out, const char *name);
+/* One line describing the architecture, for --help and logs. */
+const char *cli_model_summary(cli_model m);
+
+/* Builds the graph for batch size `batch`. On failure *out is NULL and err
+ * holds the graph's error message. The caller destroys *out. */
+mn_status cli_model_build(mn_graph **out, cli_model m, int64_t batch, bool training, char *err,
+                          size_t cap);
+
+#endif

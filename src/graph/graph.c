@@ -1,0 +1,519 @@
+/* graph.c - graph storage, sources (inputs, params, constants), the public op
+ * constructors, cloning and the textual dump.
+ *
+ * Shape rules live in shape.c. Does not: differentiate, schedule, execute.
+ */
+#include "graph/graph.h"
+
+#include <ctype.h>
+#include <limits.h>
+
+const op_info op_table[OP_COUNT] = {
+#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = {#n, lo, hi},
+#include "graph/ops.def"
+#undef MN_OP
+};
+/* Adding an op means touching every stage's table; this pin makes it loud. */
+_Static_assert(OP_COUNT == 49, "op table changed: update every stage (autodiff, cpu) and this count");
+
+int64_t node_numel(const node *n) {
+    int64_t e = 1;
+    for (int i = 0; i < n->rank; i++) e *= n->shape[i];
+    return e;
+}
+
+size_t node_bytes(const node *n, size_t real_size) {
+    size_t es = n->dtype == MN_I32 ? 4 : real_size;
+    return (size_t)node_numel(n) * es;
+}
+
+bool op_is_source(op_id op) {
+    return op == OP_INPUT || op == OP_PARAM || op == OP_STATE || op == OP_CONST;
+}
+
+mn_status graph_fail(mn_graph *g, mn_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mn_vfmt(g->err, sizeof g->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
+    size_t k = 0;
+    if (cap < 3) return "";
+    buf[k++] = '[';
+    for (int i = 0; i < rank && k + 24 < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, i ? ",%lld" : "%lld", (long long)shape[i]);
+    buf[k++] = ']';
+    buf[k] = 0;
+    return buf;
+}
+
+mn_status mn_graph_create(mn_graph **out) {
+    if (!out) return MN_E_INVALID;
+    mn_graph *g = calloc(1, sizeof *g);
+    *out = g;
+    if (!g) return MN_E_NOMEM;
+    g->loss = MN_NONE;
+    return MN_OK;
+}
+
+static void node_release(node *n) {
+    free(n->name);
+    free(n->data);
+}
+
+void mn_graph_destroy(mn_graph *g) {
+    if (!g) return;
+    for (int32_t i = 0; i < g->n; i++) node_release(&g->nodes[i]);
+    free(g->nodes);
+    free(g);
+}
+
+const char *mn_graph_error(const mn_graph *g) { return g ? g->err : "no graph"; }
+
+int32_t graph_find(const mn_graph *g, const char *name) {
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
+    return MN_NONE;
+}
+
+static mn_status graph_reserve(mn_graph *g) {
+    if (g->n < g->cap) return MN_OK;
+    if (g->cap > INT32_MAX / 2) return graph_fail(g, MN_E_NOMEM, "graph too large");
+    int32_t cap = g->cap ? g->cap * 2 : 64;
+    node *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+    if (!nn) return graph_fail(g, MN_E_NOMEM, "out of memory growing the graph to %d nodes", cap);
+    g->nodes = nn;
+    g->cap = cap;
+    return MN_OK;
+}
+
+static bool tensor_ok(const mn_graph *g, mn_tensor t) { return t >= 0 && t < g->n; }
+
+mn_status graph_add(mn_graph *g, int32_t *out, node *proto) {
+    const op_info *oi = &op_table[proto->op];
+    if (out) *out = MN_NONE;
+    if (proto->nin < oi->min_in || proto->nin > oi->max_in)
+        return graph_fail(g, MN_E_INVALID, "%s: takes %d..%d inputs, got %d", oi->name, oi->min_in,
+                          oi->max_in, proto->nin);
+    for (int i = 0; i < proto->nin; i++)
+        if (!tensor_ok(g, proto->in[i]))
+            return graph_fail(g, MN_E_INVALID, "%s: input %d is not a tensor of this graph (id %d)",
+                              oi->name, i, proto->in[i]);
+    mn_status st = graph_infer(g, proto);
+    if (st) return st;
+    st = graph_reserve(g);
+    if (st) return st;
+    g->nodes[g->n] = *proto;
+    if (out) *out = g->n;
+    g->n++;
+    return MN_OK;
+}
+
+static node proto_op(op_id op, int nin, const mn_tensor *in) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.nin = nin;
+    for (int i = 0; i < nin; i++) p.in[i] = in[i];
+    p.lr_mult = 1.0f;
+    return p;
+}
+
+static mn_status check_name(mn_graph *g, const char *what, const char *name) {
+    if (!name || !*name) return graph_fail(g, MN_E_INVALID, "%s: empty name", what);
+    if (strlen(name) > 255) return graph_fail(g, MN_E_INVALID, "%s: name longer than 255 bytes", what);
+    if (graph_find(g, name) != MN_NONE)
+        return graph_fail(g, MN_E_INVALID, "%s: the name '%s' is already used", what, name);
+    return MN_OK;
+}
+
+static mn_status check_shape(mn_graph *g, const char *what, const char *name, int rank,
+                             const int64_t *shape) {
+    if (rank < 0 || rank > MN_MAX_RANK)
+        return graph_fail(g, MN_E_SHAPE, "%s '%s': rank %d (supported 0..%d)", what, name, rank,
+                          MN_MAX_RANK);
+    if (rank > 0 && !shape) return graph_fail(g, MN_E_INVALID, "%s '%s': shape is NULL", what, name);
+    uint64_t total = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] <= 0)
+            return graph_fail(g, MN_E_SHAPE, "%s '%s': dimension %d is %lld (must be >= 1)", what,
+                              name, i, (long long)shape[i]);
+        if (!mn_mul_u64(&total, total, (uint64_t)shape[i]) || total > ((uint64_t)1 << 40))
+            return graph_fail(g, MN_E_SHAPE, "%s '%s': too many elements", what, name);
+    }
+    return MN_OK;
+}
+
+static mn_status add_source(mn_graph *g, mn_tensor *out, op_id op, const char *what,
+                            const char *name, mn_dtype dt, int rank, const int64_t *shape,
+                            mn_init init) {
+    if (!g) return MN_E_INVALID;
+    if (out) *out = MN_NONE;
+    mn_status st;
+    if (name && (st = check_name(g, what, name))) return st;
+    if ((st = check_shape(g, what, name ? name : "", rank, shape))) return st;
+    if (dt != MN_F32 && dt != MN_I32)
+        return graph_fail(g, MN_E_DTYPE, "%s '%s': dtype %s is not supported yet (f32, i32)", what,
+                          name ? name : "", mn_dtype_name(dt));
+    node p = proto_op(op, 0, NULL);
+    p.dtype = dt;
+    p.rank = rank;
+    for (int i = 0; i < rank; i++) p.shape[i] = shape[i];
+    p.init = init;
+    if (name && !(p.name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
+    if ((st = graph_reserve(g))) {
+        free(p.name);
+        return st;
+    }
+    g->nodes[g->n] = p;
+    if (out) *out = g->n;
+    g->n++;
+    return MN_OK;
+}
+
+mn_status mn_graph_input(mn_graph *g, mn_tensor *out, const char *name, mn_dtype dt, int rank,
+                         const int64_t *shape) {
+    mn_init none = {MN_INIT_ZEROS, 0, 0};
+    return add_source(g, out, OP_INPUT, "input", name, dt, rank, shape, none);
+}
+
+mn_status mn_graph_param(mn_graph *g, mn_tensor *out, const char *name, int rank,
+                         const int64_t *shape, mn_init init) {
+    if (g && ((int)init.kind < MN_INIT_ZEROS || init.kind > MN_INIT_KAIMING_NORMAL))
+        return graph_fail(g, MN_E_INVALID, "param '%s': unknown initializer %d", name ? name : "",
+                          (int)init.kind);
+    return add_source(g, out, OP_PARAM, "param", name, MN_F32, rank, shape, init);
+}
+
+static mn_status param_node(mn_graph *g, mn_tensor p, node **out, const char *what) {
+    if (!g) return MN_E_INVALID;
+    if (!tensor_ok(g, p) || g->nodes[p].op != OP_PARAM)
+        return graph_fail(g, MN_E_INVALID, "%s: tensor %d is not a parameter", what, p);
+    *out = &g->nodes[p];
+    return MN_OK;
+}
+
+mn_status mn_graph_param_lr_mult(mn_graph *g, mn_tensor p, float mult) {
+    node *n = NULL;
+    mn_status st = param_node(g, p, &n, "param_lr_mult");
+    if (st) return st;
+    if (!(mult >= 0.0f) || mult > 1e6f)
+        return graph_fail(g, MN_E_INVALID, "param '%s': lr multiplier %g must be in [0, 1e6]",
+                          n->name, (double)mult);
+    n->lr_mult = mult;
+    return MN_OK;
+}
+
+mn_status mn_graph_param_freeze(mn_graph *g, mn_tensor p, bool frozen) {
+    node *n = NULL;
+    mn_status st = param_node(g, p, &n, "param_freeze");
+    if (st) return st;
+    if (frozen) n->flags |= NODE_F_FROZEN;
+    else n->flags &= ~(uint32_t)NODE_F_FROZEN;
+    return MN_OK;
+}
+
+mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t *shape,
+                            const float *data) {
+    mn_init none = {MN_INIT_ZEROS, 0, 0};
+    if (!g) return MN_E_INVALID;
+    if (!data) return graph_fail(g, MN_E_INVALID, "constant: data is NULL");
+    mn_tensor t;
+    mn_status st = add_source(g, &t, OP_CONST, "constant", NULL, MN_F32, rank, shape, none);
+    if (st) return st;
+    node *n = &g->nodes[t];
+    size_t bytes = (size_t)node_numel(n) * sizeof(float);
+    n->data = malloc(bytes ? bytes : 1);
+    if (!n->data) {
+        g->n--;
+        return graph_fail(g, MN_E_NOMEM, "constant: out of memory for %zu bytes", bytes);
+    }
+    memcpy(n->data, data, bytes);
+    if (out) *out = t;
+    return MN_OK;
+}
+
+mn_status mn_graph_scalar(mn_graph *g, mn_tensor *out, float value) {
+    return mn_graph_constant(g, out, 0, NULL, &value);
+}
+
+mn_status mn_graph_output(mn_graph *g, mn_tensor t, const char *name) {
+    if (!g) return MN_E_INVALID;
+    if (!tensor_ok(g, t)) return graph_fail(g, MN_E_INVALID, "output: %d is not a tensor of this graph", t);
+    node *n = &g->nodes[t];
+    if (n->name) {
+        if (name && strcmp(n->name, name) != 0)
+            return graph_fail(g, MN_E_INVALID, "output '%s': tensor already named '%s'", name, n->name);
+    } else {
+        mn_status st = check_name(g, "output", name);
+        if (st) return st;
+        if (!(n->name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
+    }
+    n->flags |= NODE_F_OUTPUT;
+    return MN_OK;
+}
+
+mn_status mn_graph_loss(mn_graph *g, mn_tensor t) {
+    if (!g) return MN_E_INVALID;
+    if (!tensor_ok(g, t)) return graph_fail(g, MN_E_INVALID, "loss: %d is not a tensor of this graph", t);
+    node *n = &g->nodes[t];
+    if (node_numel(n) != 1 || n->dtype != MN_F32) {
+        char sb[64];
+        return graph_fail(g, MN_E_SHAPE, "loss: must be an f32 scalar, got %s %s",
+                          mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape));
+    }
+    if (g->loss != MN_NONE) g->nodes[g->loss].flags &= ~(uint32_t)NODE_F_LOSS;
+    g->loss = t;
+    n->flags |= NODE_F_LOSS;
+    return MN_OK;
+}
+
+mn_status mn_tensor_shape(const mn_graph *g, mn_tensor t, int *rank, int64_t shape[MN_MAX_RANK]) {
+    if (!g || !tensor_ok(g, t) || !rank) return MN_E_INVALID;
+    const node *n = &g->nodes[t];
+    *rank = n->rank;
+    if (shape)
+        for (int i = 0; i < MN_MAX_RANK; i++) shape[i] = i < n->rank ? n->shape[i] : 0;
+    return MN_OK;
+}
+
+mn_status graph_clone(mn_graph **out, const mn_graph *src) {
+    mn_graph *g;
+    mn_status st = mn_graph_create(&g);
+    if (st) return st;
+    g->loss = src->loss;
+    g->cap = src->n + 64;
+    g->nodes = calloc((size_t)g->cap, sizeof *g->nodes);
+    if (!g->nodes) {
+        free(g);
+        *out = NULL;
+        return MN_E_NOMEM;
+    }
+    for (int32_t i = 0; i < src->n; i++) {
+        node *d = &g->nodes[i];
+        *d = src->nodes[i];
+        d->name = NULL;
+        d->data = NULL;
+        g->n = i + 1;
+        if (src->nodes[i].name && !(d->name = mn_strdup(src->nodes[i].name))) goto nomem;
+        if (src->nodes[i].data) {
+            size_t bytes = (size_t)node_numel(d) * sizeof(float);
+            if (!(d->data = malloc(bytes ? bytes : 1))) goto nomem;
+            memcpy(d->data, src->nodes[i].data, bytes);
+        }
+    }
+    *out = g;
+    return MN_OK;
+nomem:
+    mn_graph_destroy(g);
+    *out = NULL;
+    return MN_E_NOMEM;
+}
+
+/* ---- dump ---------------------------------------------------------------- */
+
+void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
+    const node *n = &g->nodes[id];
+    char sb[96];
+    fprintf(f, "%%%d = %s", id, op_table[n->op].name);
+    if (n->nin) {
+        fputc('(', f);
+        for (int i = 0; i < n->nin; i++) fprintf(f, i ? ", %%%d" : "%%%d", n->in[i]);
+        fputc(')', f);
+    }
+    fprintf(f, " : %s%s", mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape));
+    if (n->name) fprintf(f, " \"%s\"", n->name);
+    /* op parameters, only where the op has them */
+    switch (n->op) {
+    case OP_MATMUL:
+        if (n->ip[0] || n->ip[1]) fprintf(f, " trans=%lld,%lld", (long long)n->ip[0], (long long)n->ip[1]);
+        break;
+    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_MAX_BWD:
+        if (n->ip[0] == MN_ALL_AXES) fprintf(f, " axis=all");
+        else fprintf(f, " axis=%lld keepdim=%lld", (long long)n->ip[0], (long long)n->ip[1]);
+        break;
+    case OP_PERMUTE:
+        fprintf(f, " perm=");
+        for (int i = 0; i < n->rank; i++) fprintf(f, i ? ",%lld" : "%lld", (long long)n->ip[i]);
+        break;
+    case OP_SCALE: case OP_CLIP_COEF: fprintf(f, " %.9g", n->fp[0]); break;
+    case OP_CONV2D: case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT:
+        fprintf(f, " stride=%lld,%lld pad=%lld,%lld dilation=%lld,%lld groups=%lld",
+                (long long)n->ip[0], (long long)n->ip[1], (long long)n->ip[2], (long long)n->ip[3],
+                (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[6]);
+        break;
+    case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD:
+        fprintf(f, " kernel=%lld,%lld stride=%lld,%lld pad=%lld,%lld", (long long)n->ip[0],
+                (long long)n->ip[1], (long long)n->ip[2], (long long)n->ip[3], (long long)n->ip[4],
+                (long long)n->ip[5]);
+        break;
+    case OP_UNARY_BWD: fprintf(f, " of=%s", op_table[n->ip[0]].name); break;
+    case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", n->ip[0] ? "targets" : "logits"); break;
+    case OP_SGD_UPDATE:
+        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld", n->fp[0], n->fp[1], n->fp[4],
+                (long long)n->ip[0]);
+        break;
+    case OP_ADAM_UPDATE:
+        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld", n->fp[0],
+                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0]);
+        break;
+    default: break;
+    }
+    if (n->op == OP_PARAM) {
+        static const char *kinds[] = {"zeros", "constant", "uniform", "normal", "xavier_uniform",
+                                      "xavier_normal", "kaiming_uniform", "kaiming_normal"};
+        fprintf(f, " init=%s(%.9g,%.9g)", kinds[n->init.kind], (double)n->init.a, (double)n->init.b);
+        if (n->lr_mult != 1.0f) fprintf(f, " lr_mult=%.9g", (double)n->lr_mult);
+        if (n->flags & NODE_F_FROZEN) fprintf(f, " frozen");
+    }
+    if (n->flags & NODE_F_OUTPUT) fprintf(f, " output");
+    if (n->flags & NODE_F_LOSS) fprintf(f, " loss");
+    fputc('\n', f);
+}
+
+mn_status mn_graph_dump(const mn_graph *g, FILE *f) {
+    if (!g || !f) return MN_E_INVALID;
+    for (int32_t i = 0; i < g->n; i++) graph_dump_node(g, i, f);
+    return MN_OK;
+}
+
+/* ---- public op constructors ---------------------------------------------- */
+
+static mn_status add_op(mn_graph *g, mn_tensor *out, node *p) {
+    if (!g) return MN_E_INVALID;
+    if (!out) return graph_fail(g, MN_E_INVALID, "%s: out is NULL", op_table[p->op].name);
+    return graph_add(g, out, p);
+}
+
+static mn_status binary(mn_graph *g, mn_tensor *out, op_id op, mn_tensor a, mn_tensor b) {
+    mn_tensor in[2] = {a, b};
+    node p = proto_op(op, 2, in);
+    return add_op(g, out, &p);
+}
+
+static mn_status unary(mn_graph *g, mn_tensor *out, op_id op, mn_tensor x) {
+    node p = proto_op(op, 1, &x);
+    return add_op(g, out, &p);
+}
+
+mn_status mn_matmul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) {
+    return mn_matmul_ex(g, out, a, b, false, false);
+}
+mn_status mn_matmul_ex(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b, bool ta, bool tb) {
+    mn_tensor in[2] = {a, b};
+    node p = proto_op(OP_MATMUL, 2, in);
+    p.ip[0] = ta;
+    p.ip[1] = tb;
+    return add_op(g, out, &p);
+}
+mn_status mn_add(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_ADD, a, b); }
+mn_status mn_sub(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_SUB, a, b); }
+mn_status mn_mul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_MUL, a, b); }
+mn_status mn_div(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_DIV, a, b); }
+mn_status mn_scale(mn_graph *g, mn_tensor *out, mn_tensor x, float s) {
+    node p = proto_op(OP_SCALE, 1, &x);
+    p.fp[0] = s;
+    return add_op(g, out, &p);
+}
+mn_status mn_neg(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_NEG, x); }
+mn_status mn_exp(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_EXP, x); }
+mn_status mn_log(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_LOG, x); }
+mn_status mn_sqrt(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SQRT, x); }
+mn_status mn_rsqrt(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_RSQRT, x); }
+mn_status mn_relu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_RELU, x); }
+mn_status mn_sigmoid(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SIGMOID, x); }
+mn_status mn_tanh(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_TANH, x); }
+mn_status mn_gelu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_GELU, x); }
+mn_status mn_gelu_tanh(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_GELU_TANH, x); }
+mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SILU, x); }
+mn_status mn_stop_gradient(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_STOP_GRAD, x); }
+mn_status mn_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SOFTMAX, x); }
+mn_status mn_log_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_LOG_SOFTMAX, x); }
+
+static mn_status reduce(mn_graph *g, mn_tensor *out, op_id op, mn_tensor x, int axis, bool keepdim) {
+    node p = proto_op(op, 1, &x);
+    p.ip[0] = axis; /* normalised by the shape rule */
+    p.ip[1] = keepdim;
+    return add_op(g, out, &p);
+}
+mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim) { return reduce(g, out, OP_SUM, x, axis, keepdim); }
+mn_status mn_mean(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim) { return reduce(g, out, OP_MEAN, x, axis, keepdim); }
+mn_status mn_max(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim) { return reduce(g, out, OP_MAX, x, axis, keepdim); }
+
+mn_status mn_reshape(mn_graph *g, mn_tensor *out, mn_tensor x, int rank, const int64_t *shape) {
+    node p = proto_op(OP_RESHAPE, 1, &x);
+    if (!g) return MN_E_INVALID;
+    if (rank < 0 || rank > MN_MAX_RANK || (rank > 0 && !shape))
+        return graph_fail(g, MN_E_SHAPE, "reshape: rank %d (supported 0..%d)", rank, MN_MAX_RANK);
+    p.rank = rank;
+    for (int i = 0; i < rank; i++) p.shape[i] = shape[i];
+    return add_op(g, out, &p);
+}
+
+mn_status mn_permute(mn_graph *g, mn_tensor *out, mn_tensor x, const int *perm) {
+    node p = proto_op(OP_PERMUTE, 1, &x);
+    if (!g) return MN_E_INVALID;
+    if (!perm) return graph_fail(g, MN_E_INVALID, "permute: perm is NULL");
+    if (tensor_ok(g, x))
+        for (int i = 0; i < g->nodes[x].rank; i++) p.ip[i] = perm[i];
+    return add_op(g, out, &p);
+}
+
+mn_status mn_transpose(mn_graph *g, mn_tensor *out, mn_tensor x, int a0, int a1) {
+    if (!g) return MN_E_INVALID;
+    if (!tensor_ok(g, x)) return graph_fail(g, MN_E_INVALID, "transpose: %d is not a tensor of this graph", x);
+    int r = g->nodes[x].rank, perm[MN_MAX_RANK];
+    if (a0 < 0) a0 += r;
+    if (a1 < 0) a1 += r;
+    if (a0 < 0 || a0 >= r || a1 < 0 || a1 >= r) {
+        char sb[96];
+        return graph_fail(g, MN_E_SHAPE, "transpose: axes %d,%d out of range for shape %s", a0, a1,
+                          shape_str(sb, sizeof sb, r, g->nodes[x].shape));
+    }
+    for (int i = 0; i < r; i++) perm[i] = i;
+    perm[a0] = a1;
+    perm[a1] = a0;
+    return mn_permute(g, out, x, perm);
+}
+
+mn_status mn_cross_entropy(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels) {
+    return binary(g, out, OP_CROSS_ENTROPY, logits, labels);
+}
+mn_status mn_cross_entropy_dense(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor targets) {
+    return binary(g, out, OP_CROSS_ENTROPY_DENSE, logits, targets);
+}
+mn_status mn_mse(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_MSE, a, b); }
+
+static int or_one(int v) { return v ? v : 1; }
+
+mn_status mn_conv2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_tensor bias,
+                    const mn_conv2d_params *cp) {
+    mn_tensor in[3] = {x, w, bias};
+    node p = proto_op(OP_CONV2D, bias == MN_NONE ? 2 : 3, in);
+    mn_conv2d_params d = {{1, 1}, {0, 0}, {1, 1}, 1};
+    if (!cp) cp = &d;
+    p.ip[0] = or_one(cp->stride[0]);
+    p.ip[1] = or_one(cp->stride[1]);
+    p.ip[2] = cp->padding[0];
+    p.ip[3] = cp->padding[1];
+    p.ip[4] = or_one(cp->dilation[0]);
+    p.ip[5] = or_one(cp->dilation[1]);
+    p.ip[6] = or_one(cp->groups);
+    return add_op(g, out, &p);
+}
+
+mn_status mn_max_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2d_params *pp) {
+    node p = proto_op(OP_MAXPOOL2D, 1, &x);
+    if (!g) return MN_E_INVALID;
+    if (!pp) return graph_fail(g, MN_E_INVALID, "max_pool2d: params are NULL");
+    p.ip[0] = pp->kernel[0];
+    p.ip[1] = pp->kernel[1];
+    p.ip[2] = pp->stride[0] ? pp->stride[0] : pp->kernel[0];
+    p.ip[3] = pp->stride[1] ? pp->stride[1] : pp->kernel[1];
+    p.ip[4] = pp->padding[0];
+    p.ip[5] = pp->padding[1];
+    return add_op(g, out, &p);
+}

@@ -1,0 +1,339 @@
+/* shape.c - shape and dtype rules, one case per op of ops.def.
+ *
+ * graph_infer() fills a node's dtype, rank and shape from its inputs and
+ * parameters (and normalises parameters such as negative axes). Every failure
+ * is a status plus a message naming the op and the shapes involved; nothing
+ * here asserts on user input. Does not: allocate nodes (graph.c does).
+ */
+#include "graph/graph.h"
+
+#define IN(i) (&g->nodes[n->in[i]])
+#define SHP(buf, nd) shape_str(buf, sizeof buf, (nd)->rank, (nd)->shape)
+
+static void set_shape(node *n, int rank, const int64_t *shape) {
+    n->rank = rank;
+    for (int i = 0; i < MN_MAX_RANK; i++) n->shape[i] = i < rank ? shape[i] : 0;
+}
+
+bool broadcast_shape(int *rank, int64_t *out, int ra, const int64_t *a, int rb, const int64_t *b) {
+    int r = ra > rb ? ra : rb;
+    for (int i = 0; i < r; i++) {
+        int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
+        int64_t db = i < r - rb ? 1 : b[i - (r - rb)];
+        if (da != db && da != 1 && db != 1) return false;
+        out[i] = da == 1 ? db : da;
+    }
+    *rank = r;
+    return true;
+}
+
+/* True if `from` broadcasts to `to` (numpy rules, one direction). */
+static bool broadcasts_to(const node *from, int rank, const int64_t *to) {
+    if (from->rank > rank) return false;
+    for (int i = 0; i < from->rank; i++) {
+        int64_t d = from->shape[from->rank - 1 - i], t = to[rank - 1 - i];
+        if (d != t && d != 1) return false;
+    }
+    return true;
+}
+
+static mn_status need_f32(mn_graph *g, const node *n, int i) {
+    const node *x = &g->nodes[n->in[i]];
+    if (x->dtype != MN_F32) {
+        char sb[96];
+        return graph_fail(g, MN_E_DTYPE, "%s: input %d (%%%d %s) must be f32, got %s",
+                          op_table[n->op].name, i, n->in[i], SHP(sb, x), mn_dtype_name(x->dtype));
+    }
+    return MN_OK;
+}
+
+static mn_status same_shape(mn_graph *g, const node *n, int i, int j) {
+    const node *a = &g->nodes[n->in[i]], *b = &g->nodes[n->in[j]];
+    bool same = a->rank == b->rank;
+    for (int k = 0; same && k < a->rank; k++) same = a->shape[k] == b->shape[k];
+    if (!same) {
+        char sa[96], sb[96];
+        return graph_fail(g, MN_E_SHAPE, "%s: shapes %s and %s must be equal", op_table[n->op].name,
+                          SHP(sa, a), SHP(sb, b));
+    }
+    return MN_OK;
+}
+
+static mn_status infer_matmul(mn_graph *g, node *n) {
+    const node *a = IN(0), *b = IN(1);
+    char sa[96], sb[96];
+    const char *tn = n->ip[0] || n->ip[1] ? "matmul (transposed)" : "matmul";
+    if (a->rank < 2 || a->rank > 3 || b->rank < 2 || b->rank > 3)
+        return graph_fail(g, MN_E_SHAPE, "%s: operands must be rank 2 or 3, got %s and %s", tn,
+                          SHP(sa, a), SHP(sb, b));
+    int64_t m = a->shape[a->rank - (n->ip[0] ? 1 : 2)], ka = a->shape[a->rank - (n->ip[0] ? 2 : 1)];
+    int64_t kb = b->shape[b->rank - (n->ip[1] ? 1 : 2)], nn = b->shape[b->rank - (n->ip[1] ? 2 : 1)];
+    if (ka != kb)
+        return graph_fail(g, MN_E_SHAPE, "%s: inner dimensions differ: %s @ %s (%lld vs %lld)%s", tn,
+                          SHP(sa, a), SHP(sb, b), (long long)ka, (long long)kb,
+                          n->ip[0] || n->ip[1] ? "" : "");
+    int64_t batch = 0;
+    if (a->rank == 3 && b->rank == 3 && a->shape[0] != b->shape[0])
+        return graph_fail(g, MN_E_SHAPE, "%s: batch dimensions differ: %s @ %s", tn, SHP(sa, a), SHP(sb, b));
+    if (a->rank == 3) batch = a->shape[0];
+    else if (b->rank == 3) batch = b->shape[0];
+    int64_t s[3];
+    if (batch) {
+        s[0] = batch, s[1] = m, s[2] = nn;
+        set_shape(n, 3, s);
+    } else {
+        s[0] = m, s[1] = nn;
+        set_shape(n, 2, s);
+    }
+    return MN_OK;
+}
+
+static mn_status infer_reduce(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sb[96];
+    int64_t axis = n->ip[0];
+    if (axis == MN_ALL_AXES) {
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    }
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank)
+        return graph_fail(g, MN_E_SHAPE, "%s: axis %lld out of range for shape %s",
+                          op_table[n->op].name, (long long)n->ip[0], SHP(sb, x));
+    n->ip[0] = axis;
+    int64_t s[MN_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i < x->rank; i++) {
+        if (i == axis) {
+            if (n->ip[1]) s[r++] = 1;
+        } else {
+            s[r++] = x->shape[i];
+        }
+    }
+    set_shape(n, r, s);
+    return MN_OK;
+}
+
+static mn_status infer_reshape(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96], sb[96];
+    int64_t known = 1, total = node_numel(x);
+    int infer_at = -1;
+    for (int i = 0; i < n->rank; i++) {
+        if (n->shape[i] == -1 && infer_at < 0) infer_at = i;
+        else if (n->shape[i] <= 0)
+            return graph_fail(g, MN_E_SHAPE, "reshape: %s to %s: dimension %d is %lld", SHP(sa, x),
+                              SHP(sb, n), i, (long long)n->shape[i]);
+        else known *= n->shape[i];
+    }
+    if (infer_at >= 0) {
+        if (known == 0 || total % known)
+            return graph_fail(g, MN_E_SHAPE, "reshape: cannot infer -1 reshaping %s to %s", SHP(sa, x), SHP(sb, n));
+        n->shape[infer_at] = total / known;
+        known *= n->shape[infer_at];
+    }
+    if (known != total)
+        return graph_fail(g, MN_E_SHAPE, "reshape: %s (%lld elements) to %s (%lld elements)", SHP(sa, x),
+                          (long long)total, SHP(sb, n), (long long)known);
+    return MN_OK;
+}
+
+static mn_status infer_permute(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sb[96];
+    bool seen[MN_MAX_RANK] = {0};
+    int64_t s[MN_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) {
+        int64_t p = n->ip[i];
+        if (p < 0 || p >= x->rank || seen[p])
+            return graph_fail(g, MN_E_SHAPE, "permute: perm is not a permutation of 0..%d for shape %s",
+                              x->rank - 1, SHP(sb, x));
+        seen[p] = true;
+        s[i] = x->shape[p];
+    }
+    set_shape(n, x->rank, s);
+    return MN_OK;
+}
+
+static mn_status infer_logits_pair(mn_graph *g, node *n, bool dense) {
+    const node *lg = IN(0), *lb = IN(1);
+    char sa[96], sb[96];
+    const char *on = op_table[n->op].name;
+    mn_status st = need_f32(g, n, 0);
+    if (st) return st;
+    if (lg->rank != 2)
+        return graph_fail(g, MN_E_SHAPE, "%s: logits must be [B,C], got %s", on, SHP(sa, lg));
+    if (dense) {
+        if ((st = need_f32(g, n, 1))) return st;
+        if ((st = same_shape(g, n, 0, 1))) return st;
+    } else {
+        if (lb->dtype != MN_I32)
+            return graph_fail(g, MN_E_DTYPE, "%s: labels must be i32 class indices, got %s", on,
+                              mn_dtype_name(lb->dtype));
+        if (lb->rank != 1 || lb->shape[0] != lg->shape[0])
+            return graph_fail(g, MN_E_SHAPE, "%s: labels %s do not match logits %s (want [%lld])", on,
+                              SHP(sa, lb), SHP(sb, lg), (long long)lg->shape[0]);
+    }
+    return MN_OK;
+}
+
+static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+    int64_t span = d * (k - 1) + 1;
+    if (in + 2 * p < span) return 0;
+    return (in + 2 * p - span) / s + 1;
+}
+
+static mn_status infer_conv2d(mn_graph *g, node *n) {
+    const node *x = IN(0), *w = IN(1);
+    char sa[96], sb[96];
+    mn_status st;
+    for (int i = 0; i < n->nin; i++)
+        if ((st = need_f32(g, n, i))) return st;
+    if (x->rank != 4 || w->rank != 4)
+        return graph_fail(g, MN_E_SHAPE, "conv2d: x must be [N,C,H,W] and w [O,C/groups,KH,KW], got %s and %s",
+                          SHP(sa, x), SHP(sb, w));
+    for (int i = 0; i < 7; i++) {
+        bool bad = i == 2 || i == 3 ? n->ip[i] < 0 : n->ip[i] < 1;
+        if (bad)
+            return graph_fail(g, MN_E_INVALID, "conv2d: invalid %s %lld",
+                              i < 2 ? "stride" : i < 4 ? "padding" : i < 6 ? "dilation" : "groups",
+                              (long long)n->ip[i]);
+    }
+    int64_t groups = n->ip[6];
+    if (x->shape[1] % groups || w->shape[0] % groups || w->shape[1] * groups != x->shape[1])
+        return graph_fail(g, MN_E_SHAPE, "conv2d: x %s and w %s disagree on channels with groups=%lld",
+                          SHP(sa, x), SHP(sb, w), (long long)groups);
+    if (n->nin == 3) {
+        const node *b = IN(2);
+        if (b->rank != 1 || b->shape[0] != w->shape[0])
+            return graph_fail(g, MN_E_SHAPE, "conv2d: bias %s must be [%lld] for w %s", SHP(sa, b),
+                              (long long)w->shape[0], SHP(sb, w));
+    }
+    int64_t oh = conv_out(x->shape[2], w->shape[2], n->ip[0], n->ip[2], n->ip[4]);
+    int64_t ow = conv_out(x->shape[3], w->shape[3], n->ip[1], n->ip[3], n->ip[5]);
+    if (oh < 1 || ow < 1)
+        return graph_fail(g, MN_E_SHAPE, "conv2d: kernel %s larger than padded input %s", SHP(sb, w), SHP(sa, x));
+    int64_t s[4] = {x->shape[0], w->shape[0], oh, ow};
+    set_shape(n, 4, s);
+    return MN_OK;
+}
+
+static mn_status infer_maxpool(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96];
+    mn_status st = need_f32(g, n, 0);
+    if (st) return st;
+    if (x->rank != 4)
+        return graph_fail(g, MN_E_SHAPE, "max_pool2d: x must be [N,C,H,W], got %s", SHP(sa, x));
+    for (int i = 0; i < 6; i++)
+        if (i < 4 ? n->ip[i] < 1 : n->ip[i] < 0)
+            return graph_fail(g, MN_E_INVALID, "max_pool2d: invalid %s %lld",
+                              i < 2 ? "kernel" : i < 4 ? "stride" : "padding", (long long)n->ip[i]);
+    if (n->ip[4] * 2 > n->ip[0] || n->ip[5] * 2 > n->ip[1])
+        return graph_fail(g, MN_E_INVALID, "max_pool2d: padding %lld,%lld exceeds half the kernel %lld,%lld",
+                          (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[0], (long long)n->ip[1]);
+    int64_t oh = conv_out(x->shape[2], n->ip[0], n->ip[2], n->ip[4], 1);
+    int64_t ow = conv_out(x->shape[3], n->ip[1], n->ip[3], n->ip[5], 1);
+    if (oh < 1 || ow < 1)
+        return graph_fail(g, MN_E_SHAPE, "max_pool2d: kernel %lldx%lld larger than input %s",
+                          (long long)n->ip[0], (long long)n->ip[1], SHP(sa, x));
+    int64_t s[4] = {x->shape[0], x->shape[1], oh, ow};
+    set_shape(n, 4, s);
+    return MN_OK;
+}
+
+static void copy_shape_of(node *n, const node *x) { set_shape(n, x->rank, x->shape); }
+
+mn_status graph_infer(mn_graph *g, node *n) {
+    char sa[96], sb[96];
+    const char *on = op_table[n->op].name;
+    mn_status st;
+    n->dtype = MN_F32;
+    switch (n->op) {
+    case OP_INPUT: case OP_PARAM: case OP_STATE: case OP_CONST:
+        return MN_OK;
+    case OP_MATMUL:
+        if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1))) return st;
+        return infer_matmul(g, n);
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: {
+        if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1))) return st;
+        const node *a = IN(0), *b = IN(1);
+        int r;
+        int64_t s[MN_MAX_RANK];
+        if (!broadcast_shape(&r, s, a->rank, a->shape, b->rank, b->shape))
+            return graph_fail(g, MN_E_SHAPE, "%s: shapes %s and %s do not broadcast", on, SHP(sa, a), SHP(sb, b));
+        set_shape(n, r, s);
+        return MN_OK;
+    }
+    case OP_SCALE: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
+    case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU:
+    case OP_STOP_GRAD:
+        if ((st = need_f32(g, n, 0))) return st;
+        copy_shape_of(n, IN(0));
+        return MN_OK;
+    case OP_SUM: case OP_MEAN: case OP_MAX:
+        if ((st = need_f32(g, n, 0))) return st;
+        return infer_reduce(g, n);
+    case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (IN(0)->rank < 1)
+            return graph_fail(g, MN_E_SHAPE, "%s: needs rank >= 1, got a scalar", on);
+        copy_shape_of(n, IN(0));
+        return MN_OK;
+    case OP_RESHAPE:
+        n->dtype = IN(0)->dtype;
+        return infer_reshape(g, n);
+    case OP_PERMUTE:
+        n->dtype = IN(0)->dtype;
+        return infer_permute(g, n);
+    case OP_BROADCAST:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (!broadcasts_to(IN(0), n->rank, n->shape))
+            return graph_fail(g, MN_E_SHAPE, "broadcast: %s does not broadcast to %s", SHP(sa, IN(0)), SHP(sb, n));
+        return MN_OK;
+    case OP_REDUCE_TO:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (!broadcasts_to(n, IN(0)->rank, IN(0)->shape))
+            return graph_fail(g, MN_E_SHAPE, "reduce_to: %s cannot be summed down to %s", SHP(sa, IN(0)), SHP(sb, n));
+        return MN_OK;
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_DENSE:
+        if ((st = infer_logits_pair(g, n, n->op == OP_CROSS_ENTROPY_DENSE))) return st;
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    case OP_MSE:
+        if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1)) || (st = same_shape(g, n, 0, 1))) return st;
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    case OP_CONV2D:
+        return infer_conv2d(g, n);
+    case OP_MAXPOOL2D:
+        return infer_maxpool(g, n);
+    /* Backward helpers and optimizer ops are created by the library, which
+     * sets their shapes; the checks here catch library bugs early. */
+    case OP_UNARY_BWD: case OP_MAX_BWD:
+        copy_shape_of(n, IN(0));
+        return same_shape(g, n, 0, 0);
+    case OP_SOFTMAX_BWD: case OP_LOG_SOFTMAX_BWD:
+        copy_shape_of(n, IN(0));
+        return same_shape(g, n, 0, 1);
+    case OP_CROSS_ENTROPY_BWD:
+        copy_shape_of(n, IN(0));
+        return infer_logits_pair(g, n, false);
+    case OP_CROSS_ENTROPY_DENSE_BWD:
+        copy_shape_of(n, IN(0));
+        return infer_logits_pair(g, n, true);
+    case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT: case OP_MAXPOOL2D_BWD:
+        if (n->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: result shape must be set (rank 4)", on);
+        return MN_OK;
+    case OP_SGD_UPDATE: case OP_ADAM_UPDATE:
+        copy_shape_of(n, IN(0));
+        if ((st = same_shape(g, n, 0, 1))) return st;
+        return MN_OK;
+    case OP_CLIP_COEF: case OP_SUMSQ:
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    case OP_COUNT:
+        break;
+    }
+    return graph_fail(g, MN_E_INVALID, "unknown op %d", (int)n->op);
+}

@@ -1,0 +1,153 @@
+/* optim.c - optimizer insertion, hyper-parameters and LR schedules. */
+#include "optim/optim.h"
+
+#include <math.h>
+
+const char *optim_kind_name(mn_optim_kind k) {
+    switch (k) {
+    case MN_OPTIM_SGD: return "sgd";
+    case MN_OPTIM_ADAM: return "adam";
+    case MN_OPTIM_ADAMW: return "adamw";
+    }
+    return "?";
+}
+
+mn_optimizer mn_optimizer_default(mn_optim_kind kind) {
+    mn_optimizer o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.lr = kind == MN_OPTIM_SGD ? 0.01f : 1e-3f;
+    o.beta1 = 0.9f;
+    o.beta2 = 0.999f;
+    o.eps = 1e-8f;
+    o.weight_decay = kind == MN_OPTIM_ADAMW ? 0.01f : 0.0f;
+    o.schedule = MN_LR_CONSTANT;
+    return o;
+}
+
+mn_status optim_validate(const mn_optimizer *o, char *err, size_t cap) {
+    if ((int)o->kind < MN_OPTIM_SGD || o->kind > MN_OPTIM_ADAMW) {
+        mn_fmt(err, cap, "optimizer: unknown kind %d", (int)o->kind);
+        return MN_E_INVALID;
+    }
+#define BAD(cond, ...) if (cond) { mn_fmt(err, cap, __VA_ARGS__); return MN_E_INVALID; }
+    BAD(!(o->lr >= 0.0f) || !isfinite(o->lr), "optimizer: lr %g must be finite and >= 0", (double)o->lr);
+    BAD(!(o->momentum >= 0.0f && o->momentum < 1.0f), "optimizer: momentum %g must be in [0, 1)", (double)o->momentum);
+    BAD(o->nesterov && o->momentum <= 0.0f, "optimizer: nesterov needs momentum > 0");
+    BAD(!(o->beta1 >= 0.0f && o->beta1 < 1.0f), "optimizer: beta1 %g must be in [0, 1)", (double)o->beta1);
+    BAD(!(o->beta2 >= 0.0f && o->beta2 < 1.0f), "optimizer: beta2 %g must be in [0, 1)", (double)o->beta2);
+    BAD(!(o->eps >= 0.0f) || !isfinite(o->eps), "optimizer: eps %g must be finite and >= 0", (double)o->eps);
+    BAD(!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay), "optimizer: weight_decay %g must be >= 0", (double)o->weight_decay);
+    BAD(!(o->clip_norm >= 0.0f) || !isfinite(o->clip_norm), "optimizer: clip_norm %g must be >= 0 (0 = off)", (double)o->clip_norm);
+    BAD((int)o->schedule < MN_LR_CONSTANT || o->schedule > MN_LR_WARMUP_COSINE, "optimizer: unknown schedule %d", (int)o->schedule);
+    if (o->schedule == MN_LR_WARMUP_COSINE) {
+        BAD(o->warmup_steps < 0 || o->total_steps <= o->warmup_steps,
+            "optimizer: warm-up cosine needs 0 <= warmup_steps (%lld) < total_steps (%lld)",
+            (long long)o->warmup_steps, (long long)o->total_steps);
+        BAD(!(o->min_lr >= 0.0f && o->min_lr <= o->lr), "optimizer: min_lr %g must be in [0, lr]", (double)o->min_lr);
+    }
+#undef BAD
+    return MN_OK;
+}
+
+double optim_lr(const mn_optimizer *o, int64_t t) {
+    if (o->schedule == MN_LR_CONSTANT) return o->lr;
+    /* warm-up: lr * (t+1)/warmup for t < warmup, then cosine from lr to min_lr */
+    if (t < o->warmup_steps) return (double)o->lr * (double)(t + 1) / (double)o->warmup_steps;
+    if (t >= o->total_steps) return o->min_lr;
+    double p = (double)(t - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
+    return o->min_lr + 0.5 * ((double)o->lr - o->min_lr) * (1.0 + cos(3.14159265358979323846 * p));
+}
+
+void optim_hyper(const mn_optimizer *o, int64_t t, float hyper[4]) {
+    hyper[0] = (float)optim_lr(o, t);
+    hyper[1] = (float)(1.0 - pow((double)o->beta1, (double)(t + 1)));
+    hyper[2] = (float)(1.0 - pow((double)o->beta2, (double)(t + 1)));
+    hyper[3] = 0.0f;
+}
+
+static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const char *slot,
+                           const char *kind) {
+    char name[512];
+    mn_fmt(name, sizeof name, "optim.%s.%s.%s", kind, slot, param->name);
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_STATE;
+    p.dtype = MN_F32;
+    p.rank = param->rank;
+    memcpy(p.shape, param->shape, sizeof p.shape);
+    p.lr_mult = 1.0f;
+    p.flags = NODE_F_OPTIM;
+    if (!(p.name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
+    mn_status st = graph_add(g, out, &p);
+    if (st) free(p.name);
+    return st;
+}
+
+mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o) {
+    mn_status st;
+    int32_t hyper, clip = MN_NONE, first = g->n;
+    int64_t four = 4;
+    if ((st = mn_graph_input(g, &hyper, OPTIM_HYPER_NAME, MN_F32, 1, &four))) return st;
+    g->nodes[hyper].flags |= NODE_F_HOST;
+
+    if (o->clip_norm > 0.0f) {
+        int32_t total = MN_NONE;
+        for (int32_t i = 0; i < ngrads; i++) {
+            if (g->nodes[i].op != OP_PARAM || grads[i] == MN_NONE) continue;
+            node p;
+            memset(&p, 0, sizeof p);
+            p.op = OP_SUMSQ;
+            p.nin = 1;
+            p.in[0] = grads[i];
+            int32_t sq;
+            if ((st = graph_add(g, &sq, &p))) return st;
+            if (total == MN_NONE) total = sq;
+            else if ((st = mn_add(g, &total, total, sq))) return st;
+        }
+        if (total != MN_NONE) {
+            node p;
+            memset(&p, 0, sizeof p);
+            p.op = OP_CLIP_COEF;
+            p.nin = 1;
+            p.in[0] = total;
+            p.fp[0] = o->clip_norm;
+            if ((st = graph_add(g, &clip, &p))) return st;
+        }
+    }
+
+    const char *kind = optim_kind_name(o->kind);
+    for (int32_t i = 0; i < ngrads; i++) {
+        if (g->nodes[i].op != OP_PARAM || grads[i] == MN_NONE) continue;
+        node param = g->nodes[i];
+        node p;
+        memset(&p, 0, sizeof p);
+        p.fp[0] = param.lr_mult;
+        p.fp[4] = o->weight_decay;
+        p.in[0] = i;
+        p.in[1] = grads[i];
+        if (o->kind == MN_OPTIM_SGD) {
+            p.op = OP_SGD_UPDATE;
+            if ((st = add_state(g, &p.in[2], &param, "momentum", kind))) return st;
+            p.in[3] = hyper;
+            p.nin = 4;
+            p.fp[1] = o->momentum;
+            p.ip[0] = o->nesterov;
+        } else {
+            p.op = OP_ADAM_UPDATE;
+            if ((st = add_state(g, &p.in[2], &param, "m", kind)) ||
+                (st = add_state(g, &p.in[3], &param, "v", kind)))
+                return st;
+            p.in[4] = hyper;
+            p.nin = 5;
+            p.fp[1] = o->beta1;
+            p.fp[2] = o->beta2;
+            p.fp[3] = o->eps;
+            p.ip[0] = o->kind == MN_OPTIM_ADAMW;
+        }
+        if (clip != MN_NONE) p.in[p.nin++] = clip;
+        if ((st = graph_add(g, NULL, &p))) return st;
+    }
+    for (int32_t i = first; i < g->n; i++) g->nodes[i].flags |= NODE_F_OPTIM;
+    return MN_OK;
+}

@@ -1,0 +1,30 @@
+/* optim.h - appends optimizer updates to a differentiated graph.
+ *
+ * For every trainable parameter with a gradient: persistent state nodes
+ * (OP_STATE, zero-initialised, named "optim.<kind>.<slot>.<param>"), and one
+ * update op (SGD_UPDATE / ADAM_UPDATE) that writes the parameter and its state
+ * in place. Gradient clipping by global norm adds SUMSQ per gradient, their
+ * sum and a CLIP_COEF node that every update multiplies its gradient by.
+ * Learning-rate schedules run on the host: optim_lr() gives the rate for a
+ * step, which the session writes into the "__hyper" input before each step.
+ *
+ * Does not: differentiate (autodiff/), execute (backends).
+ */
+#ifndef MN_OPTIM_H
+#define MN_OPTIM_H
+
+#include "graph/graph.h"
+
+#define OPTIM_HYPER_NAME "__hyper"
+
+/* grads: per node id (as returned by autodiff_build for the nodes before it). */
+mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o);
+/* Checks the settings; message into err. */
+mn_status optim_validate(const mn_optimizer *o, char *err, size_t cap);
+/* Learning rate of step t (0-based: the step about to be taken). */
+double optim_lr(const mn_optimizer *o, int64_t t);
+/* Fills hyper[4] for step t (0-based). */
+void optim_hyper(const mn_optimizer *o, int64_t t, float hyper[4]);
+const char *optim_kind_name(mn_optim_kind k);
+
+#endif

@@ -1,0 +1,247 @@
+/* checkpoint.c - session checkpoints in safetensors.
+ *
+ * Saved: every parameter (its graph name), every optimizer state tensor
+ * ("optim.<kind>.<slot>.<param>") of a training session, and metadata:
+ * format, meganeura.version, meganeura.step, meganeura.optimizer,
+ * meganeura.lr_schedule, meganeura.next_lr, plus the user's keys.
+ * Loading validates the whole file against the session before changing
+ * anything, so a failed load leaves the session as it was.
+ *
+ * Does not: parse the format (io/safetensors.c does).
+ */
+#include <errno.h>
+#include <inttypes.h>
+
+#include "io/safetensors.h"
+#include "optim/optim.h"
+#include "session/session.h"
+
+static bool saved_node(const mn_session *s, const node *n) {
+    return n->op == OP_PARAM || (n->op == OP_STATE && s->opt.mode == MN_MODE_TRAINING);
+}
+
+static mn_status read_as_f32(mn_session *s, int32_t id, float *dst, size_t count) {
+    if (!s->iopt.f64) return session_read_node(s, id, dst, count * 4);
+    double *tmp = malloc(count * 8 + 1);
+    if (!tmp) return MN_E_NOMEM;
+    mn_status st = session_read_node(s, id, tmp, count * 8);
+    for (size_t i = 0; !st && i < count; i++) dst[i] = (float)tmp[i];
+    free(tmp);
+    return st;
+}
+
+static mn_status write_from_f32(mn_session *s, int32_t id, const float *src, size_t count) {
+    if (!s->iopt.f64) return session_write_node(s, id, src, count * 4);
+    double *tmp = malloc(count * 8 + 1);
+    if (!tmp) return MN_E_NOMEM;
+    for (size_t i = 0; i < count; i++) tmp[i] = src[i];
+    mn_status st = session_write_node(s, id, tmp, count * 8);
+    free(tmp);
+    return st;
+}
+
+mn_status mn_session_save(mn_session *s, const char *path) {
+    if (!s) return MN_E_INVALID;
+    if (s->dead) return MN_E_STATE;
+    if (!path || !*path) {
+        mn_fmt(s->err, sizeof s->err, "save: empty path");
+        return MN_E_INVALID;
+    }
+    mn_graph *g = s->g;
+    int n = 0;
+    for (int32_t i = 0; i < g->n; i++) n += saved_node(s, &g->nodes[i]);
+    st_entry *e = calloc((size_t)n + 1, sizeof *e);
+    float **bufs = calloc((size_t)n + 1, sizeof *bufs);
+    mn_status st = MN_OK;
+    if (!e || !bufs) {
+        st = MN_E_NOMEM;
+        goto done;
+    }
+    int k = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *nd = &g->nodes[i];
+        if (!saved_node(s, nd)) continue;
+        size_t cnt = (size_t)node_numel(nd);
+        if (!(bufs[k] = malloc(cnt * 4 + 1))) {
+            st = MN_E_NOMEM;
+            goto done;
+        }
+        if ((st = read_as_f32(s, i, bufs[k], cnt))) goto done;
+        e[k] = (st_entry){nd->name, "F32", nd->rank, nd->shape, bufs[k], cnt * 4};
+        k++;
+    }
+    char step[32], lr[32];
+    snprintf(step, sizeof step, "%" PRId64, s->step);
+    snprintf(lr, sizeof lr, "%.9g", (double)mn_session_lr(s));
+    bool training = s->opt.mode == MN_MODE_TRAINING;
+    const char *fixed[] = {
+        "format", "pt",
+        "meganeura.version", MN_VERSION_STRING,
+        "meganeura.step", step,
+        "meganeura.optimizer", training ? optim_kind_name(s->opt.optim.kind) : "none",
+        "meganeura.lr_schedule", s->opt.optim.schedule == MN_LR_WARMUP_COSINE ? "warmup_cosine" : "constant",
+        "meganeura.next_lr", lr,
+    };
+    int nfixed = (int)MN_ARRAY_LEN(fixed) / 2, nmeta = nfixed + s->nmeta;
+    const char **kv = malloc((size_t)nmeta * 2 * sizeof *kv);
+    if (!kv) {
+        st = MN_E_NOMEM;
+        goto done;
+    }
+    memcpy(kv, fixed, sizeof fixed);
+    for (int i = 0; i < 2 * s->nmeta; i++) kv[2 * nfixed + i] = s->meta[i];
+    st = st_save_atomic(path, e, k, kv, nmeta, s->err, sizeof s->err);
+    free(kv);
+done:
+    if (st == MN_E_NOMEM) mn_fmt(s->err, sizeof s->err, "save '%s': out of memory", path);
+    for (int i = 0; bufs && i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(e);
+    return st;
+}
+
+static mn_status load_fail(mn_session *s, mn_status st, const char *path, const char *fmt, ...) MN_PRINTF(4, 5);
+static mn_status load_fail(mn_session *s, mn_status st, const char *path, const char *fmt, ...) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    mn_vfmt(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    mn_fmt(s->err, sizeof s->err, "load '%s': %s", path, msg);
+    return st;
+}
+
+static bool shape_eq(const st_tensor *t, const node *n) {
+    if (t->rank != n->rank) return false;
+    for (int i = 0; i < n->rank; i++)
+        if (t->shape[i] != n->shape[i]) return false;
+    return true;
+}
+
+mn_status mn_session_load(mn_session *s, const char *path) {
+    if (!s) return MN_E_INVALID;
+    if (s->dead) return MN_E_STATE;
+    if (!path) return load_fail(s, MN_E_INVALID, "(null)", "no path");
+    st_file f;
+    memset(&f, 0, sizeof f);
+    mn_status st = st_load(&f, path, s->err, sizeof s->err);
+    if (st) return st;
+    mn_graph *g = s->g;
+    bool training = s->opt.mode == MN_MODE_TRAINING;
+    char sa[96], sb[96];
+    /* 1. every tensor in the file belongs to the session (optimizer state
+     *    is skipped by inference sessions) */
+    int nstate_file = 0;
+    for (int i = 0; i < f.n; i++) {
+        const st_tensor *t = &f.tensors[i];
+        bool is_state = strncmp(t->name, "optim.", 6) == 0;
+        nstate_file += is_state;
+        if (is_state && !training) continue;
+        int32_t id = graph_find(g, t->name);
+        if (id == MN_NONE || !saved_node(s, &g->nodes[id])) {
+            st = load_fail(s, MN_E_NOT_FOUND, path, "tensor '%s' is not a %s of this model%s", t->name,
+                           is_state ? "optimizer state tensor" : "parameter",
+                           is_state ? " (saved with another optimizer?)" : "");
+            goto done;
+        }
+    }
+    /* 2. every parameter (and, if the file has any, every state tensor) is in
+     *    the file with the right dtype and shape */
+    bool with_state = training && nstate_file > 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        if (!saved_node(s, n) || (n->op == OP_STATE && !with_state)) continue;
+        const st_tensor *t = st_find(&f, n->name);
+        if (!t) {
+            st = load_fail(s, MN_E_NOT_FOUND, path, "%s '%s' is missing from the checkpoint",
+                           n->op == OP_PARAM ? "parameter" : "optimizer state", n->name);
+            goto done;
+        }
+        if (strcmp(t->dtype, "F32") != 0) {
+            st = load_fail(s, MN_E_DTYPE, path, "'%s' has dtype %s, expected F32", n->name, t->dtype);
+            goto done;
+        }
+        if (!shape_eq(t, n)) {
+            st = load_fail(s, MN_E_SHAPE, path, "'%s' has shape %s in the file, the model has %s", n->name,
+                           shape_str(sa, sizeof sa, t->rank, t->shape),
+                           shape_str(sb, sizeof sb, n->rank, n->shape));
+            goto done;
+        }
+    }
+    int64_t step = 0;
+    const char *sv = st_meta(&f, "meganeura.step");
+    if (with_state) {
+        char *end = NULL;
+        errno = 0;
+        long long v = sv ? strtoll(sv, &end, 10) : -1;
+        if (!sv || errno || *end || v < 0) {
+            st = load_fail(s, MN_E_FORMAT, path, "metadata meganeura.step is %s%s%s (need a step count >= 0)",
+                           sv ? "'" : "missing", sv ? sv : "", sv ? "'" : "");
+            goto done;
+        }
+        step = v;
+    }
+    /* 3. all checks passed: copy */
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        if (!saved_node(s, n)) continue;
+        if (n->op == OP_STATE && !with_state) {
+            size_t bytes = (size_t)node_numel(n) * (s->iopt.f64 ? 8 : 4);
+            float *z = calloc(1, bytes + 1);
+            if (!z) {
+                st = load_fail(s, MN_E_NOMEM, path, "out of memory");
+                goto done;
+            }
+            st = session_write_node(s, i, z, bytes);
+            free(z);
+            if (st) goto done;
+            continue;
+        }
+        const st_tensor *t = st_find(&f, n->name);
+        size_t cnt = (size_t)node_numel(n);
+        float *buf = malloc(cnt * 4 + 1);
+        if (!buf) {
+            st = load_fail(s, MN_E_NOMEM, path, "out of memory");
+            goto done;
+        }
+        memcpy(buf, f.data + t->begin, cnt * 4); /* little-endian hosts only (checked at build) */
+        st = write_from_f32(s, i, buf, cnt);
+        free(buf);
+        if (st) goto done;
+    }
+    if (training) s->step = with_state ? step : 0;
+    s->have_loss = false;
+done:
+    st_free(&f);
+    return st;
+}
+
+mn_status mn_checkpoint_meta(const char *path, const char *key, char *dst, size_t cap, char *err,
+                             size_t errcap) {
+    char local[256];
+    if (!err) err = local, errcap = sizeof local;
+    if (!path || !key || !dst || !cap) {
+        mn_fmt(err, errcap, "checkpoint_meta: NULL argument");
+        return MN_E_INVALID;
+    }
+    st_file f;
+    memset(&f, 0, sizeof f);
+    mn_status st = st_load(&f, path, err, errcap);
+    if (st) return st;
+    const char *v = st_meta(&f, key);
+    if (!v) {
+        mn_fmt(err, errcap, "'%s': no metadata key '%s'", path, key);
+        st = MN_E_NOT_FOUND;
+    } else if (strlen(v) >= cap) {
+        mn_fmt(err, errcap, "'%s': metadata '%s' longer than the buffer", path, key);
+        st = MN_E_INVALID;
+    } else {
+        memcpy(dst, v, strlen(v) + 1);
+    }
+    st_free(&f);
+    return st;
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.c assumes a little-endian host (safetensors is little-endian)"
+#endif

@@ -1,0 +1,447 @@
+/* session.c - builds a session from a graph (autodiff, optimizer, passes,
+ * schedule, memory plan, backend) and runs it: inputs, step, run, outputs,
+ * parameters.
+ *
+ * Checkpoints are in checkpoint.c. Does not: contain kernels or device code.
+ */
+#include "session/session.h"
+
+#include <math.h>
+
+#include "autodiff/autodiff.h"
+#include "optim/optim.h"
+#include "passes/passes.h"
+
+static mn_status fail(mn_session *s, mn_status st, const char *fmt, ...) MN_PRINTF(3, 4);
+static mn_status fail(mn_session *s, mn_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mn_vfmt(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+mn_session_options mn_session_default_options(void) {
+    mn_session_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = MN_BACKEND_CPU;
+    o.mode = MN_MODE_INFERENCE;
+    o.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
+    o.seed = 0;
+    return o;
+}
+
+const char *mn_session_error(const mn_session *s) { return s ? s->err : "no session (out of memory?)"; }
+
+static size_t real_size(const mn_session *s) { return s->iopt.f64 ? 8 : 4; }
+
+/* ---- parameter initialisation ---------------------------------------------- */
+
+static void fans(const node *n, double *fan_in, double *fan_out) {
+    if (n->rank == 2) {
+        *fan_in = (double)n->shape[0];
+        *fan_out = (double)n->shape[1];
+    } else if (n->rank >= 3) {
+        double rf = 1;
+        for (int i = 2; i < n->rank; i++) rf *= (double)n->shape[i];
+        *fan_in = (double)n->shape[1] * rf;
+        *fan_out = (double)n->shape[0] * rf;
+    } else {
+        *fan_in = *fan_out = (double)node_numel(n);
+    }
+}
+
+static void init_values(const node *n, uint64_t seed, float *v) {
+    int64_t cnt = node_numel(n);
+    mn_rng r;
+    mn_rng_seed(&r, seed ^ mn_hash_str(n->name));
+    double fi, fo, a = n->init.a, b = n->init.b, gain = a != 0.0 ? a : 1.0;
+    fans(n, &fi, &fo);
+    for (int64_t i = 0; i < cnt; i++) {
+        double x = 0;
+        switch (n->init.kind) {
+        case MN_INIT_ZEROS: x = 0; break;
+        case MN_INIT_CONSTANT: x = a; break;
+        case MN_INIT_UNIFORM: x = a + (b - a) * mn_rng_uniform(&r); break;
+        case MN_INIT_NORMAL: x = a + b * mn_rng_normal(&r); break;
+        case MN_INIT_XAVIER_UNIFORM: {
+            double l = gain * sqrt(6.0 / (fi + fo));
+            x = -l + 2 * l * mn_rng_uniform(&r);
+            break;
+        }
+        case MN_INIT_XAVIER_NORMAL: x = gain * sqrt(2.0 / (fi + fo)) * mn_rng_normal(&r); break;
+        case MN_INIT_KAIMING_UNIFORM: {
+            double l = sqrt(6.0 / fi);
+            x = -l + 2 * l * mn_rng_uniform(&r);
+            break;
+        }
+        case MN_INIT_KAIMING_NORMAL: x = sqrt(2.0 / fi) * mn_rng_normal(&r); break;
+        }
+        v[i] = (float)x;
+    }
+}
+
+/* ---- host <-> node transfers, converting f32 <-> storage ------------------ */
+
+mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes) {
+    return s->be->write(s->bk, id, src, bytes, s->err, sizeof s->err);
+}
+
+mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes) {
+    return s->be->read(s->bk, id, dst, bytes, s->err, sizeof s->err);
+}
+
+/* f32 host values of a float node, or raw int32 for i32 nodes. */
+static mn_status write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
+    const node *n = &s->g->nodes[id];
+    if (!s->iopt.f64 || n->dtype != MN_F32) return session_write_node(s, id, src, count * 4);
+    double *tmp = malloc(count * sizeof *tmp + 1);
+    if (!tmp) return fail(s, MN_E_NOMEM, "out of memory converting '%s'", n->name ? n->name : "tensor");
+    for (size_t i = 0; i < count; i++) tmp[i] = ((const float *)src)[i];
+    mn_status st = session_write_node(s, id, tmp, count * 8);
+    free(tmp);
+    return st;
+}
+
+static mn_status read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
+    const node *n = &s->g->nodes[id];
+    if (!s->iopt.f64 || n->dtype != MN_F32) return session_read_node(s, id, dst, count * 4);
+    double *tmp = malloc(count * sizeof *tmp + 1);
+    if (!tmp) return fail(s, MN_E_NOMEM, "out of memory converting '%s'", n->name ? n->name : "tensor");
+    mn_status st = session_read_node(s, id, tmp, count * 8);
+    if (!st)
+        for (size_t i = 0; i < count; i++) ((float *)dst)[i] = (float)tmp[i];
+    free(tmp);
+    return st;
+}
+
+/* ---- building ---------------------------------------------------------------- */
+
+static void dump_env(mn_session *s) {
+    const char *d = getenv("MEGANEURA_DUMP");
+    if (!d) return;
+    if (strstr(d, "graph")) mn_session_dump(s, "graph", stderr);
+    if (strstr(d, "schedule")) mn_session_dump(s, "schedule", stderr);
+    if (strstr(d, "memplan")) mn_session_dump(s, "memplan", stderr);
+}
+
+static mn_status zero_node(mn_session *s, int32_t id) {
+    size_t bytes = node_bytes(&s->g->nodes[id], real_size(s));
+    void *z = calloc(1, bytes + 1);
+    if (!z) return fail(s, MN_E_NOMEM, "out of memory (%zu bytes)", bytes);
+    mn_status st = session_write_node(s, id, z, bytes);
+    free(z);
+    return st;
+}
+
+static mn_status init_params(mn_session *s) {
+    mn_status st = MN_OK;
+    for (int32_t i = 0; i < s->g->n && !st; i++) {
+        const node *n = &s->g->nodes[i];
+        if (n->op == OP_STATE || n->op == OP_INPUT) {
+            st = zero_node(s, i);
+        } else if (n->op == OP_PARAM) {
+            size_t cnt = (size_t)node_numel(n);
+            float *v = malloc(cnt * sizeof *v + 1);
+            if (!v) return fail(s, MN_E_NOMEM, "out of memory initialising '%s'", n->name);
+            init_values(n, s->opt.seed, v);
+            st = write_f32(s, i, v, cnt);
+            free(v);
+        }
+    }
+    return st;
+}
+
+static mn_status build(mn_session *s, const mn_graph *user) {
+    mn_status st;
+    const mn_session_options *o = &s->opt;
+    bool training = o->mode == MN_MODE_TRAINING;
+    if (o->mode != MN_MODE_TRAINING && o->mode != MN_MODE_INFERENCE)
+        return fail(s, MN_E_INVALID, "session: unknown mode %d", (int)o->mode);
+    switch (o->backend) {
+    case MN_BACKEND_CPU: s->be = &backend_cpu; break;
+    case MN_BACKEND_VULKAN:
+        return fail(s, MN_E_UNSUPPORTED, "session: the vulkan backend is not built into this version; use cpu");
+    default: return fail(s, MN_E_INVALID, "session: unknown backend %d", (int)o->backend);
+    }
+    if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
+    if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
+    if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
+    mn_graph *g = s->g;
+    s->nuser = g->n;
+    if (training) {
+        if (g->loss == MN_NONE)
+            return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");
+        if ((st = autodiff_build(g, g->loss, &s->grads))) return fail(s, st, "%s", g->err);
+        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim)))
+            return fail(s, st, "%s", g->err);
+        s->hyper = graph_find(g, OPTIM_HYPER_NAME);
+    }
+    /* roots: outputs, loss, every source the user declared, optimizer updates,
+     * and (grads_only) parameter gradients */
+    int32_t *roots = malloc((size_t)g->n * sizeof *roots);
+    uint8_t *live = malloc((size_t)g->n), *fwd = malloc((size_t)g->n);
+    int32_t nr = 0, nf = 0;
+    if (!roots || !live || !fwd) {
+        free(roots), free(live), free(fwd);
+        return fail(s, MN_E_NOMEM, "session: out of memory");
+    }
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        if (n->flags & (NODE_F_OUTPUT | NODE_F_LOSS)) roots[nr++] = i;
+    }
+    nf = nr;
+    passes_mark_live(g, roots, nf, fwd);
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE;
+        if (op_is_source(n->op) || upd) roots[nr++] = i;
+    }
+    if (s->iopt.grads_only && s->grads)
+        for (int32_t i = 0; i < s->nuser; i++)
+            if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) roots[nr++] = s->grads[i];
+    passes_mark_live(g, roots, nr, live);
+    free(roots);
+    if (s->iopt.grads_only && s->grads) /* keep gradients readable: pin them like outputs */
+        for (int32_t i = 0; i < s->nuser; i++)
+            if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
+    st = schedule_build(&s->sched, g, live, fwd);
+    if (!st) {
+        memplan_options mo = {real_size(s), !s->iopt.no_reuse};
+        st = memplan_build(&s->plan, g, s->sched.order, s->sched.n, live, &mo, s->err, sizeof s->err);
+    }
+    free(live);
+    free(fwd);
+    if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
+    program p = {g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64};
+    if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
+        return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
+    if ((st = s->be->create(&s->bk, &p, s->err, sizeof s->err))) return st;
+    if ((st = init_params(s))) return st;
+    dump_env(s);
+    return MN_OK;
+}
+
+mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
+                            const session_internal_options *iopt) {
+    if (!out) return MN_E_INVALID;
+    mn_session *s = calloc(1, sizeof *s);
+    *out = s;
+    if (!s) return MN_E_NOMEM;
+    s->hyper = MN_NONE;
+    if (!g || !opt) {
+        s->dead = true;
+        return fail(s, MN_E_INVALID, "session: graph and options must not be NULL");
+    }
+    s->opt = *opt;
+    if (iopt) s->iopt = *iopt;
+    mn_status st = build(s, g);
+    if (st) s->dead = true;
+    return st;
+}
+
+mn_status mn_session_create(mn_session **out, const mn_graph *g, const mn_session_options *opt) {
+    return session_create_ex(out, g, opt, NULL);
+}
+
+void mn_session_destroy(mn_session *s) {
+    if (!s) return;
+    if (s->bk) s->be->destroy(s->bk);
+    memplan_free(&s->plan);
+    schedule_free(&s->sched);
+    mn_graph_destroy(s->g);
+    free(s->grads);
+    for (int i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);
+    free(s->meta);
+    free(s);
+}
+
+/* ---- running --------------------------------------------------------------- */
+
+static mn_status alive(mn_session *s) {
+    if (!s) return MN_E_INVALID;
+    if (s->dead) {
+        if (!s->err[0]) fail(s, MN_E_STATE, "session is not usable");
+        return MN_E_STATE;
+    }
+    return MN_OK;
+}
+
+static int32_t find_named(const mn_session *s, const char *name, op_id op_or_count) {
+    if (!name) return MN_NONE;
+    int32_t id = graph_find(s->g, name);
+    if (id == MN_NONE) return MN_NONE;
+    const node *n = &s->g->nodes[id];
+    if (op_or_count == OP_COUNT) return id;
+    if (op_or_count == OP_INPUT && (n->op != OP_INPUT || (n->flags & NODE_F_HOST))) return MN_NONE;
+    if (op_or_count == OP_PARAM && n->op != OP_PARAM) return MN_NONE;
+    return id;
+}
+
+mn_status mn_session_set_input(mn_session *s, const char *name, const void *data, size_t bytes) {
+    mn_status st = alive(s);
+    if (st) return st;
+    int32_t id = find_named(s, name, OP_INPUT);
+    if (id == MN_NONE) return fail(s, MN_E_NOT_FOUND, "set_input: no input named '%s'", name ? name : "(null)");
+    const node *n = &s->g->nodes[id];
+    size_t want = (size_t)node_numel(n) * 4;
+    char sb[96];
+    if (!data) return fail(s, MN_E_INVALID, "set_input '%s': data is NULL", name);
+    if (bytes != want)
+        return fail(s, MN_E_SHAPE, "set_input '%s': got %zu bytes, the input is %s %s = %zu bytes", name,
+                    bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
+    return write_f32(s, id, data, (size_t)node_numel(n));
+}
+
+mn_status session_forward_backward(mn_session *s) {
+    mn_status st = alive(s);
+    if (st) return st;
+    st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err);
+    s->have_loss = st == MN_OK;
+    return st;
+}
+
+mn_status mn_session_step(mn_session *s) {
+    mn_status st = alive(s);
+    if (st) return st;
+    if (s->opt.mode != MN_MODE_TRAINING || s->iopt.grads_only)
+        return fail(s, MN_E_STATE, "step: this is an inference session (use mn_session_run)");
+    float hyper[4];
+    optim_hyper(&s->opt.optim, s->step, hyper);
+    if ((st = write_f32(s, s->hyper, hyper, 4))) return st;
+    if ((st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err))) {
+        s->have_loss = false;
+        return st;
+    }
+    s->step++;
+    s->have_loss = true;
+    return MN_OK;
+}
+
+mn_status mn_session_run(mn_session *s) {
+    mn_status st = alive(s);
+    if (st) return st;
+    st = s->be->execute(s->bk, s->sched.fwd, s->sched.nfwd, s->err, sizeof s->err);
+    s->have_loss = st == MN_OK;
+    return st;
+}
+
+mn_status mn_session_loss(mn_session *s, float *out) {
+    mn_status st = alive(s);
+    if (st) return st;
+    if (!out) return fail(s, MN_E_INVALID, "loss: out is NULL");
+    if (s->g->loss == MN_NONE) return fail(s, MN_E_STATE, "loss: the graph has no loss");
+    if (!s->have_loss) return fail(s, MN_E_STATE, "loss: no step or run has completed yet");
+    return read_f32(s, s->g->loss, out, 1);
+}
+
+mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t bytes) {
+    mn_status st = alive(s);
+    if (st) return st;
+    int32_t id = find_named(s, name, OP_COUNT);
+    if (id == MN_NONE || !(s->g->nodes[id].flags & (NODE_F_OUTPUT | NODE_F_LOSS)))
+        return fail(s, MN_E_NOT_FOUND, "output: no output named '%s'", name ? name : "(null)");
+    const node *n = &s->g->nodes[id];
+    size_t want = (size_t)node_numel(n) * 4;
+    char sb[96];
+    if (!dst) return fail(s, MN_E_INVALID, "output '%s': dst is NULL", name);
+    if (bytes != want)
+        return fail(s, MN_E_SHAPE, "output '%s': buffer of %zu bytes, the output is %s %s = %zu bytes", name,
+                    bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
+    return read_f32(s, id, dst, (size_t)node_numel(n));
+}
+
+mn_status mn_session_numel(mn_session *s, const char *name, size_t *out) {
+    mn_status st = alive(s);
+    if (st) return st;
+    int32_t id = find_named(s, name, OP_COUNT);
+    if (id == MN_NONE || !out) return fail(s, MN_E_NOT_FOUND, "numel: no tensor named '%s'", name ? name : "(null)");
+    *out = (size_t)node_numel(&s->g->nodes[id]);
+    return MN_OK;
+}
+
+static mn_status param_io(mn_session *s, const char *name, size_t count, const char *what, int32_t *id) {
+    mn_status st = alive(s);
+    if (st) return st;
+    *id = find_named(s, name, OP_PARAM);
+    if (*id == MN_NONE) return fail(s, MN_E_NOT_FOUND, "%s: no parameter named '%s'", what, name ? name : "(null)");
+    const node *n = &s->g->nodes[*id];
+    char sb[96];
+    if ((size_t)node_numel(n) != count)
+        return fail(s, MN_E_SHAPE, "%s '%s': %zu values given, the parameter is %s = %lld values", what, name,
+                    count, shape_str(sb, sizeof sb, n->rank, n->shape), (long long)node_numel(n));
+    return MN_OK;
+}
+
+mn_status mn_session_get_param(mn_session *s, const char *name, float *dst, size_t count) {
+    int32_t id;
+    mn_status st = param_io(s, name, count, "get_param", &id);
+    if (st) return st;
+    if (!dst) return fail(s, MN_E_INVALID, "get_param '%s': dst is NULL", name);
+    return read_f32(s, id, dst, count);
+}
+
+mn_status mn_session_set_param(mn_session *s, const char *name, const float *src, size_t count) {
+    int32_t id;
+    mn_status st = param_io(s, name, count, "set_param", &id);
+    if (st) return st;
+    if (!src) return fail(s, MN_E_INVALID, "set_param '%s': src is NULL", name);
+    return write_f32(s, id, src, count);
+}
+
+int64_t mn_session_step_count(const mn_session *s) { return s ? s->step : 0; }
+
+float mn_session_lr(const mn_session *s) {
+    if (!s || s->opt.mode != MN_MODE_TRAINING) return 0.0f;
+    return (float)optim_lr(&s->opt.optim, s->step);
+}
+
+int32_t session_grad_of(const mn_session *s, int32_t id) {
+    if (!s->grads || id < 0 || id >= s->nuser) return MN_NONE;
+    return s->grads[id];
+}
+
+mn_status mn_session_memory(const mn_session *s, size_t *peak, size_t *sum) {
+    if (!s || s->dead) return MN_E_STATE;
+    if (peak) *peak = (size_t)memplan_peak(&s->plan);
+    if (sum) *sum = (size_t)s->plan.sum_bytes;
+    return MN_OK;
+}
+
+mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f) {
+    if (!s || !what || !f || !s->g) return MN_E_INVALID;
+    if (strcmp(what, "graph") == 0) return mn_graph_dump(s->g, f);
+    if (s->dead) return MN_E_STATE;
+    if (strcmp(what, "schedule") == 0) schedule_dump(&s->sched, s->g, f);
+    else if (strcmp(what, "memplan") == 0) memplan_dump(&s->plan, s->g, f);
+    else return MN_E_INVALID;
+    return MN_OK;
+}
+
+mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value) {
+    mn_status st = alive(s);
+    if (st) return st;
+    if (!key || !*key || !value) return fail(s, MN_E_INVALID, "set_meta: key and value must be non-empty strings");
+    if (strncmp(key, "meganeura.", 10) == 0 || strcmp(key, "format") == 0)
+        return fail(s, MN_E_INVALID, "set_meta: the key '%s' is reserved", key);
+    for (int i = 0; i < s->nmeta; i++)
+        if (strcmp(s->meta[2 * i], key) == 0) {
+            char *v = mn_strdup(value);
+            if (!v) return fail(s, MN_E_NOMEM, "out of memory");
+            free(s->meta[2 * i + 1]);
+            s->meta[2 * i + 1] = v;
+            return MN_OK;
+        }
+    char **m = realloc(s->meta, (size_t)(s->nmeta + 1) * 2 * sizeof *m);
+    if (!m) return fail(s, MN_E_NOMEM, "out of memory");
+    s->meta = m;
+    m[2 * s->nmeta] = mn_strdup(key);
+    m[2 * s->nmeta + 1] = mn_strdup(value);
+    if (!m[2 * s->nmeta] || !m[2 * s->nmeta + 1]) {
+        free(m[2 * s->nmeta]);
+        free(m[2 * s->nmeta + 1]);
+        return fail(s, MN_E_NOMEM, "out of memory");
+    }
+    s->nmeta++;
+    return MN_OK;
+}

@@ -1,0 +1,51 @@
+/* session.h - internal view of a session, for tests and tools that need more
+ * than the public API: node-level access, the f64 CPU mode used by gradient
+ * checks, planner-less runs, forward+backward without an optimizer.
+ *
+ * Does not: add anything to the public contract; mn_session_* stays the API.
+ */
+#ifndef MN_SESSION_H
+#define MN_SESSION_H
+
+#include "backend/backend.h"
+#include "graph/graph.h"
+#include "memplan/memplan.h"
+#include "schedule/schedule.h"
+
+typedef struct session_internal_options {
+    bool f64;        /* CPU: store and compute float tensors as double */
+    bool no_reuse;   /* memory plan without reuse or in-place (reference runs) */
+    bool grads_only; /* training: autodiff but no optimizer; parameter gradients
+                        stay readable through session_grad_of() */
+} session_internal_options;
+
+struct mn_session {
+    char err[512];
+    bool dead; /* creation failed or the backend lost its device */
+    mn_session_options opt;
+    session_internal_options iopt;
+    mn_graph *g;       /* owned copy, extended by autodiff and optim */
+    int32_t nuser;     /* nodes of the user's graph (ids below this are the user's) */
+    int32_t *grads;    /* per user node: its gradient node (training) or NULL */
+    int32_t hyper;     /* "__hyper" input or MN_NONE */
+    schedule sched;
+    memplan plan;
+    const backend_vtable *be;
+    void *bk;
+    int64_t step;
+    bool have_loss; /* the loss holds a value (after step or run) */
+    char **meta;    /* user metadata: key, value pairs */
+    int nmeta;
+};
+
+mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
+                            const session_internal_options *iopt);
+/* Raw access to a node's storage (f32 or f64 per the session mode). */
+mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes);
+mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes);
+/* Gradient node of a user node (grads_only or training sessions), MN_NONE if none. */
+int32_t session_grad_of(const mn_session *s, int32_t id);
+/* Executes the whole order without touching step/hyper (grads_only sessions). */
+mn_status session_forward_backward(mn_session *s);
+
+#endif
