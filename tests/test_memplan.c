@@ -1,0 +1,186 @@
+/* test_memplan.c - property test of the memory planner on random graphs.
+ *
+ * For each random graph (elementwise chains, broadcasting, matmul, views,
+ * reductions, softmax; trained with AdamW for two steps):
+ *  1. no two work tensors that are live at the same time overlap in memory
+ *     (liveness is recomputed here from the schedule, independently of the
+ *     planner; an in-place pair may touch at the node where one dies and
+ *     the other is born);
+ *  2. outputs, loss and parameters match a planner-less run bit for bit;
+ *  3. the planned peak never exceeds the planner-less sum.
+ */
+#include <string.h>
+
+#include "harness.h"
+#include "memplan/memplan.h"
+#include "session/session.h"
+
+#define GRAPHS 150
+
+static unsigned rnd(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+typedef struct pool {
+    mn_tensor t[128];
+    int n;
+} pool;
+
+/* Random tensor of the pool whose shape is [4,8] (all but views/reductions). */
+static mn_tensor pick(const mn_graph *g, const pool *p, unsigned *s, int rank0, int64_t d0) {
+    for (int tries = 0; tries < 32; tries++) {
+        mn_tensor t = p->t[rnd(s) % (unsigned)p->n];
+        int r;
+        int64_t sh[MN_MAX_RANK];
+        mn_tensor_shape(g, t, &r, sh);
+        if (r == rank0 && sh[0] == d0) return t;
+    }
+    return p->t[0];
+}
+
+static mn_graph *random_graph(unsigned seed, mn_tensor *loss_out) {
+    unsigned s = seed;
+    mn_graph *g;
+    mn_graph_create(&g);
+    pool p = {{0}, 0};
+    mn_tensor x, w, v, bias;
+    mn_init un = {MN_INIT_UNIFORM, -0.5f, 0.5f};
+    mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){4, 8});
+    mn_graph_param(g, &w, "w", 2, (int64_t[]){8, 8}, un);
+    mn_graph_param(g, &v, "v", 2, (int64_t[]){4, 8}, un);
+    mn_graph_param(g, &bias, "bias", 1, (int64_t[]){8}, un);
+    p.t[p.n++] = x;
+    p.t[p.n++] = v;
+    int nops = 8 + (int)(rnd(&s) % 24);
+    for (int i = 0; i < nops; i++) {
+        mn_tensor a = pick(g, &p, &s, 2, 4), b = pick(g, &p, &s, 2, 4), y = MN_NONE, t1, t2;
+        switch (rnd(&s) % 12) {
+        case 0: mn_add(g, &y, a, b); break;
+        case 1: mn_mul(g, &y, a, b); break;
+        case 2: mn_sub(g, &y, a, bias); break; /* broadcast */
+        case 3: mn_matmul(g, &y, a, w); break;
+        case 4: mn_tanh(g, &y, a); break;
+        case 5: mn_relu(g, &y, a); break;
+        case 6: mn_scale(g, &y, a, 0.5f); break;
+        case 7: /* view round trip */
+            mn_reshape(g, &t1, a, 2, (int64_t[]){8, 4});
+            mn_transpose(g, &t2, t1, 0, 1);
+            mn_reshape(g, &y, t2, 2, (int64_t[]){4, 8});
+            break;
+        case 8: /* reduce and broadcast back */
+            mn_sum(g, &t1, a, 1, true);
+            mn_add(g, &y, b, t1);
+            break;
+        case 9: mn_softmax(g, &y, a); break;
+        case 10: mn_sigmoid(g, &y, a); break;
+        case 11: mn_mul(g, &y, a, a); break;
+        }
+        if (y != MN_NONE && p.n < 128) p.t[p.n++] = y;
+    }
+    /* loss: mean of squares of the last few tensors */
+    mn_tensor acc = MN_NONE;
+    for (int i = p.n - 1; i >= 0 && i >= p.n - 3; i--) {
+        mn_tensor sq, m;
+        mn_mul(g, &sq, p.t[i], p.t[i]);
+        mn_mean(g, &m, sq, MN_ALL_AXES, false);
+        if (acc == MN_NONE) acc = m;
+        else mn_add(g, &acc, acc, m);
+    }
+    mn_graph_output(g, p.t[p.n - 1], "out");
+    mn_graph_loss(g, acc);
+    *loss_out = acc;
+    return g;
+}
+
+/* Overlap check with liveness computed from the schedule. */
+static void check_no_overlap(const mn_session *s, unsigned seed) {
+    const mn_graph *g = s->g;
+    const memplan *mp = &s->plan;
+    int32_t n = g->n, *first = malloc((size_t)n * 4), *last = malloc((size_t)n * 4);
+    for (int32_t i = 0; i < n; i++) first[i] = last[i] = -1;
+    for (int32_t t = 0; t < s->sched.n; t++) {
+        int32_t id = s->sched.order[t], r = memplan_root(g, id);
+        if (first[r] < 0) first[r] = t;
+        if (last[r] < t) last[r] = t;
+        for (int k = 0; k < g->nodes[id].nin; k++) {
+            int32_t ri = memplan_root(g, g->nodes[id].in[k]);
+            if (last[ri] < t) last[ri] = t;
+        }
+    }
+    int bad = 0;
+    for (int32_t a = 0; a < n; a++) {
+        const mp_slot *sa = &mp->slots[a];
+        if (sa->arena != MP_ARENA_WORK || memplan_root(g, a) != a) continue;
+        CHECK_MSG(sa->offset + sa->bytes <= mp->arena_bytes[MP_ARENA_WORK], "seed %u: %%%d beyond the arena", seed, a);
+        for (int32_t b = a + 1; b < n; b++) {
+            const mp_slot *sb = &mp->slots[b];
+            if (sb->arena != MP_ARENA_WORK || memplan_root(g, b) != b) continue;
+            bool mem = sa->offset < sb->offset + sb->bytes && sb->offset < sa->offset + sa->bytes;
+            if (!mem) continue;
+            bool time = first[a] <= last[b] && first[b] <= last[a];
+            /* in place: b is born at the node where a dies, and reads a as input 0 */
+            bool inplace = first[b] == last[a] && memplan_root(g, g->nodes[b].in[0]) == a;
+            if (time && !inplace && bad++ < 3)
+                th_fail(__FILE__, __LINE__, "seed %u: %%%d [%d,%d] and %%%d [%d,%d] overlap in memory while live",
+                        seed, a, first[a], last[a], b, first[b], last[b]);
+        }
+    }
+    if (!bad) th_passed++;
+    free(first);
+    free(last);
+}
+
+int main(void) {
+    long reused_total = 0, sum_total = 0;
+    for (unsigned seed = 1; seed <= GRAPHS; seed++) {
+        mn_tensor loss;
+        mn_graph *g = random_graph(seed, &loss);
+        mn_session_options o = mn_session_default_options();
+        o.mode = MN_MODE_TRAINING;
+        o.seed = seed;
+        mn_session *sp = NULL, *su = NULL;
+        session_internal_options unplanned = {.no_reuse = true};
+        CHECK_OK(session_create_ex(&sp, g, &o, NULL), mn_session_error(sp));
+        CHECK_OK(session_create_ex(&su, g, &o, &unplanned), mn_session_error(su));
+        if (!sp || !su || sp->dead || su->dead) {
+            fprintf(stderr, "seed %u: %s\n", seed, mn_graph_error(g));
+            mn_session_destroy(sp);
+            mn_session_destroy(su);
+            mn_graph_destroy(g);
+            continue;
+        }
+        check_no_overlap(sp, seed);
+        float xin[32];
+        unsigned s = seed * 7;
+        for (int i = 0; i < 32; i++) xin[i] = (float)(rnd(&s) % 1000) / 500.0f - 1.0f;
+        for (int step = 0; step < 2; step++) {
+            CHECK_OK(mn_session_set_input(sp, "x", xin, sizeof xin), mn_session_error(sp));
+            CHECK_OK(mn_session_set_input(su, "x", xin, sizeof xin), mn_session_error(su));
+            CHECK_OK(mn_session_step(sp), mn_session_error(sp));
+            CHECK_OK(mn_session_step(su), mn_session_error(su));
+        }
+        float lp, lu, op[32], ou[32], wp[64], wu[64];
+        mn_session_loss(sp, &lp);
+        mn_session_loss(su, &lu);
+        CHECK_MSG(memcmp(&lp, &lu, 4) == 0, "seed %u: loss %.9g planned vs %.9g unplanned", seed, lp, lu);
+        CHECK_OK(mn_session_output(sp, "out", op, sizeof op), mn_session_error(sp));
+        CHECK_OK(mn_session_output(su, "out", ou, sizeof ou), mn_session_error(su));
+        CHECK_MSG(memcmp(op, ou, sizeof op) == 0, "seed %u: outputs differ", seed);
+        mn_session_get_param(sp, "w", wp, 64);
+        mn_session_get_param(su, "w", wu, 64);
+        CHECK_MSG(memcmp(wp, wu, sizeof wp) == 0, "seed %u: parameters differ after training", seed);
+        size_t peak, sum;
+        mn_session_memory(sp, &peak, &sum);
+        CHECK(peak <= sum + 64 * (size_t)sp->g->n);
+        reused_total += (long)sp->plan.arena_bytes[MP_ARENA_WORK];
+        sum_total += (long)su->plan.arena_bytes[MP_ARENA_WORK];
+        mn_session_destroy(sp);
+        mn_session_destroy(su);
+        mn_graph_destroy(g);
+    }
+    printf("work arenas over %d graphs: planned %ld bytes, unplanned %ld bytes (%.1f%%)\n", GRAPHS, reused_total,
+           sum_total, 100.0 * (double)reused_total / (double)sum_total);
+    CHECK(reused_total < sum_total);
+    return th_finish("test_memplan");
+}
