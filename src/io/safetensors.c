@@ -733,14 +733,14 @@ static mn_status write_all(FILE *fp, const void *p, uint64_t n) {
     return MN_OK;
 }
 
-/* fsync of the folder holding path, so the rename itself is durable. */
-static int fsync_parent(const char *path) {
-    char *dir = mn_strdup(path);
-    if (!dir) return ENOMEM;
-    char *slash = strrchr(dir, '/');
-    const char *d = dir;
+/* fsync of the folder holding path, so the rename itself is durable. path is
+ * a writable copy (cut at its last '/'), so nothing here can run out of memory
+ * after the old file was replaced. Returns 0 or an errno value. */
+static int fsync_parent(char *path) {
+    char *slash = strrchr(path, '/');
+    const char *d = path;
     if (!slash) d = ".";
-    else if (slash == dir) dir[1] = 0;
+    else if (slash == path) path[1] = 0;
     else *slash = 0;
     int rc = 0;
     int fd = open(d, O_RDONLY | O_DIRECTORY);
@@ -750,7 +750,6 @@ static int fsync_parent(const char *path) {
         if (fsync(fd) != 0 && errno != EINVAL) rc = errno;
         if (close(fd) != 0 && !rc) rc = errno;
     }
-    free(dir);
     return rc;
 }
 
@@ -846,8 +845,9 @@ mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char 
         goto fail;
     }
     cJSON_free(hdr);
+    tmp[plen] = 0; /* tmp becomes a copy of path */
+    int rc = fsync_parent(tmp);
     free(tmp);
-    int rc = fsync_parent(path);
     if (rc) {
         set_err(err, cap, "'%s' was replaced but syncing its folder failed: %s", path, strerror(rc));
         return MN_E_IO;
