@@ -252,7 +252,35 @@ static void run_case(const gcase *k) {
     mn_graph_destroy(c.g);
 }
 
+/* A gradient that must flow through an op without a backward rule is an
+ * error naming that op, not a crash or a silent zero. */
+static void no_rule_is_an_error(void) {
+    mn_graph *g;
+    mn_tensor p, loss;
+    int64_t four = 4;
+    mn_init one = {MN_INIT_CONSTANT, 1, 0};
+    mn_graph_create(&g);
+    mn_graph_param(g, &p, "p", 1, &four, one);
+    node q;
+    memset(&q, 0, sizeof q);
+    q.op = OP_SUMSQ; /* an optimizer helper: not differentiable */
+    q.nin = 1;
+    q.in[0] = p;
+    CHECK_OK(graph_add(g, &loss, &q), mn_graph_error(g));
+    CHECK_OK(mn_graph_loss(g, loss), mn_graph_error(g));
+    mn_session_options o = mn_session_default_options();
+    o.mode = MN_MODE_TRAINING;
+    mn_session *s = NULL;
+    CHECK(mn_session_create(&s, g, &o) == MN_E_UNSUPPORTED);
+    CHECK_MSG(strstr(mn_session_error(s), "sumsq") && strstr(mn_session_error(s), "no backward rule"),
+              "message: %s", mn_session_error(s));
+    CHECK(mn_session_step(s) == MN_E_STATE); /* a dead session keeps answering */
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
+    no_rule_is_an_error();
     /* every differentiable op has at least one case */
     for (int op = 0; op < OP_COUNT; op++) {
         if (!autodiff_has_rule((op_id)op)) continue;
