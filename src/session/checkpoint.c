@@ -20,26 +20,6 @@ static bool saved_node(const mn_session *s, const node *n) {
     return n->op == OP_PARAM || (n->op == OP_STATE && s->opt.mode == MN_MODE_TRAINING);
 }
 
-static mn_status read_as_f32(mn_session *s, int32_t id, float *dst, size_t count) {
-    if (!s->iopt.f64) return session_read_node(s, id, dst, count * 4);
-    double *tmp = malloc(count * 8 + 1);
-    if (!tmp) return MN_E_NOMEM;
-    mn_status st = session_read_node(s, id, tmp, count * 8);
-    for (size_t i = 0; !st && i < count; i++) dst[i] = (float)tmp[i];
-    free(tmp);
-    return st;
-}
-
-static mn_status write_from_f32(mn_session *s, int32_t id, const float *src, size_t count) {
-    if (!s->iopt.f64) return session_write_node(s, id, src, count * 4);
-    double *tmp = malloc(count * 8 + 1);
-    if (!tmp) return MN_E_NOMEM;
-    for (size_t i = 0; i < count; i++) tmp[i] = src[i];
-    mn_status st = session_write_node(s, id, tmp, count * 8);
-    free(tmp);
-    return st;
-}
-
 mn_status mn_session_save(mn_session *s, const char *path) {
     if (!s) return MN_E_INVALID;
     if (s->dead) return MN_E_STATE;
@@ -66,7 +46,7 @@ mn_status mn_session_save(mn_session *s, const char *path) {
             st = MN_E_NOMEM;
             goto done;
         }
-        if ((st = read_as_f32(s, i, bufs[k], cnt))) goto done;
+        if ((st = session_read_f32(s, i, bufs[k], cnt))) goto done;
         e[k] = (st_entry){nd->name, "F32", nd->rank, nd->shape, bufs[k], cnt * 4};
         k++;
     }
@@ -205,7 +185,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
             goto done;
         }
         memcpy(buf, f.data + t->begin, cnt * 4); /* little-endian hosts only (checked at build) */
-        st = write_from_f32(s, i, buf, cnt);
+        st = session_write_f32(s, i, buf, cnt);
         free(buf);
         if (st) goto done;
     }

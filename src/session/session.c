@@ -92,7 +92,7 @@ mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes) 
 }
 
 /* f32 host values of a float node, or raw int32 for i32 nodes. */
-static mn_status write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
+mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_write_node(s, id, src, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -103,7 +103,7 @@ static mn_status write_f32(mn_session *s, int32_t id, const void *src, size_t co
     return st;
 }
 
-static mn_status read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
+mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_read_node(s, id, dst, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -145,7 +145,7 @@ static mn_status init_params(mn_session *s) {
             float *v = malloc(cnt * sizeof *v + 1);
             if (!v) return fail(s, MN_E_NOMEM, "out of memory initialising '%s'", n->name);
             init_values(n, s->opt.seed, v);
-            st = write_f32(s, i, v, cnt);
+            st = session_write_f32(s, i, v, cnt);
             free(v);
         }
     }
@@ -290,7 +290,7 @@ mn_status mn_session_set_input(mn_session *s, const char *name, const void *data
     if (bytes != want)
         return fail(s, MN_E_SHAPE, "set_input '%s': got %zu bytes, the input is %s %s = %zu bytes", name,
                     bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
-    return write_f32(s, id, data, (size_t)node_numel(n));
+    return session_write_f32(s, id, data, (size_t)node_numel(n));
 }
 
 mn_status session_forward_backward(mn_session *s) {
@@ -308,7 +308,7 @@ mn_status mn_session_step(mn_session *s) {
         return fail(s, MN_E_STATE, "step: this is an inference session (use mn_session_run)");
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
-    if ((st = write_f32(s, s->hyper, hyper, 4))) return st;
+    if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;
     if ((st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err))) {
         s->have_loss = false;
         return st;
@@ -332,7 +332,7 @@ mn_status mn_session_loss(mn_session *s, float *out) {
     if (!out) return fail(s, MN_E_INVALID, "loss: out is NULL");
     if (s->g->loss == MN_NONE) return fail(s, MN_E_STATE, "loss: the graph has no loss");
     if (!s->have_loss) return fail(s, MN_E_STATE, "loss: no step or run has completed yet");
-    return read_f32(s, s->g->loss, out, 1);
+    return session_read_f32(s, s->g->loss, out, 1);
 }
 
 mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t bytes) {
@@ -348,7 +348,7 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
     if (bytes != want)
         return fail(s, MN_E_SHAPE, "output '%s': buffer of %zu bytes, the output is %s %s = %zu bytes", name,
                     bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
-    return read_f32(s, id, dst, (size_t)node_numel(n));
+    return session_read_f32(s, id, dst, (size_t)node_numel(n));
 }
 
 mn_status mn_session_numel(mn_session *s, const char *name, size_t *out) {
@@ -378,7 +378,7 @@ mn_status mn_session_get_param(mn_session *s, const char *name, float *dst, size
     mn_status st = param_io(s, name, count, "get_param", &id);
     if (st) return st;
     if (!dst) return fail(s, MN_E_INVALID, "get_param '%s': dst is NULL", name);
-    return read_f32(s, id, dst, count);
+    return session_read_f32(s, id, dst, count);
 }
 
 mn_status mn_session_set_param(mn_session *s, const char *name, const float *src, size_t count) {
@@ -386,7 +386,7 @@ mn_status mn_session_set_param(mn_session *s, const char *name, const float *src
     mn_status st = param_io(s, name, count, "set_param", &id);
     if (st) return st;
     if (!src) return fail(s, MN_E_INVALID, "set_param '%s': src is NULL", name);
-    return write_f32(s, id, src, count);
+    return session_write_f32(s, id, src, count);
 }
 
 int64_t mn_session_step_count(const mn_session *s) { return s ? s->step : 0; }

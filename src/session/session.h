@@ -43,6 +43,9 @@ mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_sessio
 /* Raw access to a node's storage (f32 or f64 per the session mode). */
 mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes);
 mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes);
+/* Float nodes as f32 host values (converted in f64 mode); i32 nodes raw. */
+mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count);
+mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count);
 /* Gradient node of a user node (grads_only or training sessions), MN_NONE if none. */
 int32_t session_grad_of(const mn_session *s, int32_t id);
 /* Executes the whole order without touching step/hyper (grads_only sessions). */
