@@ -10,13 +10,16 @@
  * losses, SUMSQ) accumulate in double in both modes; matmul and convolution
  * accumulate in the storage type.
  *
- * Aliasing: the elementwise kernels (binary ops where out has input 0's
- * shape, unary ops, UNARY_BWD into dy's storage, SOFTMAX, LOG_SOFTMAX,
- * STOP_GRAD, RESHAPE) tolerate out == in[0]. The optimizer kernels require
- * out == in[0] (or at least that out may be written after in[0] is read at
- * the same index). Every other kernel (MATMUL, PERMUTE, BROADCAST,
- * REDUCE_TO, reductions, CONV2D*, MAXPOOL2D*, the *_BWD kernels of softmax
- * and losses) needs out distinct from its inputs.
+ * Aliasing (for in-place planning): out may be exactly the storage of any
+ * input that has out's shape for ADD/SUB/MUL/DIV, the unary ops (SCALE ..
+ * SILU, STOP_GRAD), UNARY_BWD, SOFTMAX, LOG_SOFTMAX, SOFTMAX_BWD,
+ * LOG_SOFTMAX_BWD, CROSS_ENTROPY_BWD and CROSS_ENTROPY_DENSE_BWD (each
+ * element, or row, is read before it is written). RESHAPE expects out ==
+ * in[0] (it copies otherwise). SGD_UPDATE/ADAM_UPDATE write the new
+ * parameter through out, normally the storage of in[0], and their state
+ * through in[2]/in[3]. Every other kernel (MATMUL, PERMUTE, BROADCAST,
+ * REDUCE_TO, SUM/MEAN/MAX, MAX_BWD, losses, CONV2D*, MAXPOOL2D*) needs out
+ * distinct from its inputs.
  *
  * Does not: check shapes (the graph's shape rules did), allocate memory,
  * know about arenas or the memory plan (cpu.c does).

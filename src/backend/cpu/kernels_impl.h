@@ -422,9 +422,10 @@ KN_DEF(conv2d) {
                         conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
                         const real wv = w[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw];
                         for (int64_t oh = oh0; oh < oh1; oh++) {
-                            const real *xr = xp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            /* x index of (oh, ow) is xo + ow*sw; in range for ow in [ow0, ow1) */
+                            const int64_t xo = (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
                             real *yr = yp + oh * c.OW;
-                            for (int64_t ow = ow0; ow < ow1; ow++) yr[ow] += wv * xr[ow * c.sw];
+                            for (int64_t ow = ow0; ow < ow1; ow++) yr[ow] += wv * xp[xo + ow * c.sw];
                         }
                     }
                 }
@@ -454,9 +455,9 @@ KN_DEF(conv2d_bwd_input) {
                         conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
                         const real wv = w[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw];
                         for (int64_t oh = oh0; oh < oh1; oh++) {
-                            real *xr = dxp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            const int64_t xo = (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
                             const real *yr = dyp + oh * c.OW;
-                            for (int64_t ow = ow0; ow < ow1; ow++) xr[ow * c.sw] += wv * yr[ow];
+                            for (int64_t ow = ow0; ow < ow1; ow++) dxp[xo + ow * c.sw] += wv * yr[ow];
                         }
                     }
                 }
@@ -484,9 +485,9 @@ KN_DEF(conv2d_bwd_weight) {
                         const real *xp = x + (b * c.C + grp * c.Cg + ci) * c.H * c.W;
                         const real *dyp = dy + (b * c.O + o) * c.OH * c.OW;
                         for (int64_t oh = oh0; oh < oh1; oh++) {
-                            const real *xr = xp + (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                            const int64_t xo = (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
                             const real *yr = dyp + oh * c.OW;
-                            for (int64_t ow = ow0; ow < ow1; ow++) s += xr[ow * c.sw] * yr[ow];
+                            for (int64_t ow = ow0; ow < ow1; ow++) s += xp[xo + ow * c.sw] * yr[ow];
                         }
                     }
                     dw[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw] = s;
