@@ -859,7 +859,7 @@ static void test_optim(void) {
             G.nodes[up].fp[0] = lr_mult, G.nodes[up].fp[1] = mom, G.nodes[up].fp[4] = wd;
             G.nodes[up].ip[0] = nesterov;
             double pv[P], bv[P] = {0}, hv[4] = {lr, 0, 0, 0}, cv = clipv;
-            double ep[P], eb[P];
+            double ep[P], eb[P] = {0};
             memcpy(pv, p_init, sizeof pv);
             memcpy(ep, p_init, sizeof ep);
             for (int t = 0; t < STEPS; t++) {

@@ -1,0 +1,128 @@
+/* vk_codegen.c - the common part of code generation: define helpers, the
+ * per-op generator table, buffer/offset conventions, source assembly. */
+#include "backend/vulkan/vk_codegen.h"
+
+typedef struct {
+    const char *name, *text;
+} vk_embedded;
+extern const vk_embedded vk_embedded_templates[];
+
+static const vk_gen_fn gen_table[OP_COUNT] = {
+#define MN_OP(E, name, lo, hi, bwd) [OP_##E] = vkgen_##name,
+#include "graph/ops.def"
+#undef MN_OP
+};
+_Static_assert(MN_ARRAY_LEN(gen_table) == OP_COUNT, "one Vulkan generator per op");
+
+static void vk_vappend(vk_kernel *k, const char *fmt, va_list ap) {
+    if (k->overflow) return;
+    size_t room = sizeof k->defines - k->dlen;
+    int r = vsnprintf(k->defines + k->dlen, room, fmt, ap);
+    if (r < 0 || (size_t)r >= room) {
+        k->overflow = true;
+        k->defines[k->dlen] = 0;
+        return;
+    }
+    k->dlen += (size_t)r;
+}
+
+static void vk_append(vk_kernel *k, const char *fmt, ...) MN_PRINTF(2, 3);
+static void vk_append(vk_kernel *k, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vk_vappend(k, fmt, ap);
+    va_end(ap);
+}
+
+void vk_def(vk_kernel *k, const char *name, const char *fmt, ...) {
+    va_list ap;
+    vk_append(k, "#define %s ", name);
+    va_start(ap, fmt);
+    vk_vappend(k, fmt, ap);
+    va_end(ap);
+    vk_append(k, "\n");
+}
+
+void vk_line(vk_kernel *k, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vk_vappend(k, fmt, ap);
+    va_end(ap);
+    vk_append(k, "\n");
+}
+
+void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local) {
+    uint64_t groups = (n + local - 1) / local;
+    if (groups == 0) groups = 1;
+    uint64_t gx = groups, gy = 1, maxx = caps->max_groups[0] ? caps->max_groups[0] : 65535;
+    while (gx > maxx) {
+        gy *= 2;
+        gx = (groups + gy - 1) / gy;
+    }
+    k->local[0] = local, k->local[1] = 1, k->local[2] = 1;
+    k->groups[0] = (uint32_t)gx, k->groups[1] = (uint32_t)gy, k->groups[2] = 1;
+    vk_def(k, "NTHREADS", "%lluu", (unsigned long long)(gx * gy * local));
+}
+
+static const char *arena_name(int8_t a) {
+    static const char *names[MP_ARENA_COUNT] = {"a0", "a1", "a2", "a3"};
+    return a >= 0 && a < MP_ARENA_COUNT ? names[a] : "a3";
+}
+
+mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
+                          char *err, size_t cap) {
+    const node *n = &g->nodes[id];
+    memset(k, 0, sizeof *k);
+    k->local[0] = k->local[1] = k->local[2] = 1;
+    k->groups[0] = k->groups[1] = k->groups[2] = 1;
+    vk_def(k, "Y_BUF", "%s", arena_name(mp->slots[id].arena));
+    vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));
+    for (int i = 0; i < n->nin; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "X%d_BUF", i);
+        vk_def(k, nm, "%s", arena_name(mp->slots[n->in[i]].arena));
+        snprintf(nm, sizeof nm, "X%d_N", i);
+        vk_def(k, nm, "%lluu", (unsigned long long)node_numel(&g->nodes[n->in[i]]));
+    }
+    mn_status st = gen_table[n->op](k, g, n, caps, err, cap);
+    if (st) return st;
+    if (k->overflow) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): specialisation text too long", op_table[n->op].name, id);
+        return MN_E_UNSUPPORTED;
+    }
+    return MN_OK;
+}
+
+const char *vk_template(const char *name) {
+    for (const vk_embedded *e = vk_embedded_templates; e->name; e++)
+        if (strcmp(e->name, name) == 0) return e->text;
+    return NULL;
+}
+
+char *vk_codegen_source(const vk_kernel *k) {
+    const char *pre = vk_template("preamble"), *body = k->tmpl ? vk_template(k->tmpl) : NULL;
+    if (!pre || !body) return NULL;
+    char head[160];
+    /* #version must come first: split the preamble after its first line */
+    const char *nl = strchr(pre, '\n');
+    size_t vlen = nl ? (size_t)(nl - pre + 1) : 0;
+    snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
+             k->local[1], k->local[2]);
+    size_t n = vlen + strlen(head) + k->dlen + strlen(pre + vlen) + strlen(body) + 64;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    /* the preamble opens with a comment line; #version is its second line */
+    snprintf(s, n, "%s", "");
+    size_t at = 0;
+    const char *ver = strstr(pre, "#version");
+    const char *ver_end = ver ? strchr(ver, '\n') : NULL;
+    if (!ver || !ver_end) {
+        free(s);
+        return NULL;
+    }
+    at += (size_t)snprintf(s + at, n - at, "%.*s", (int)(ver_end - ver + 1), ver);
+    at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s", ver_end + 1, body);
+    (void)vlen;
+    return s;
+}

@@ -1,0 +1,72 @@
+/* vk_codegen.h - GLSL compute source for each scheduled node.
+ *
+ * A kernel is a template (kernels/<name>.glsl, embedded into the binary at
+ * build time) specialised by #define lines: shapes, strides, the arena each
+ * tensor lives in, the expression of a pointwise op. The full source is
+ *   kernels/preamble.glsl + LOCAL_X/Y/Z + the node's defines + the template.
+ *
+ * Conventions every template relies on (set up by the preamble):
+ * - the four memory-plan arenas are storage buffers a0..a3 (param, state,
+ *   io, work) of floats; Y_BUF / X<i>_BUF name the arena of the output and
+ *   of input i;
+ * - push constants pc.off[0] = output offset, pc.off[1 + i] = input i's
+ *   offset, in 4-byte elements (the runtime fills them from the plan);
+ * - Y(i), X0(i) .. X5(i) read/write element i of a tensor; X<i>I(i) reads an
+ *   int32 tensor element; Y_N, X<i>_N are element counts (uint);
+ * - GID is the flattened global invocation index over a 2-D grid (so more
+ *   than 65535 workgroups work), NTHREADS the total invocation count;
+ * - mn_erf(x) is provided.
+ *
+ * Does not: compile (vk_compile.c), record or run anything (vk_runtime.c).
+ */
+#ifndef MN_VK_CODEGEN_H
+#define MN_VK_CODEGEN_H
+
+#include "graph/graph.h"
+#include "memplan/memplan.h"
+
+typedef struct vk_caps {
+    uint32_t subgroup_size;
+    uint32_t max_shared_bytes;
+    uint32_t max_invocations;
+    uint32_t max_groups[3];
+    bool fp16, bf16, coopmat;
+} vk_caps;
+
+#define VK_DEFINES_CAP 6144
+
+typedef struct vk_kernel {
+    const char *tmpl;   /* template name; NULL = nothing to dispatch (views) */
+    char defines[VK_DEFINES_CAP];
+    size_t dlen;
+    uint32_t local[3];  /* workgroup size */
+    uint32_t groups[3]; /* dispatch size */
+    bool overflow;      /* defines did not fit: an error at vk_codegen_node's end */
+} vk_kernel;
+
+/* Appends "#define NAME VALUE\n" (printf-style value). */
+void vk_def(vk_kernel *k, const char *name, const char *fmt, ...) MN_PRINTF(3, 4);
+/* Appends a raw line (e.g. a multi-line macro). */
+void vk_line(vk_kernel *k, const char *fmt, ...) MN_PRINTF(2, 3);
+/* 1-D launch of n invocations with the given workgroup size, folded into a
+ * 2-D grid when n / local exceeds the device's group limit. Defines NTHREADS. */
+void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local);
+
+/* Per-op generators: one per op of ops.def (vkgen_<name>), split by family
+ * over vk_gen_*.c. They set k->tmpl, the op's defines and the launch; the
+ * buffer/offset defines common to all are added by vk_codegen_node. */
+typedef mn_status (*vk_gen_fn)(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                               char *err, size_t cap);
+#define MN_OP(E, name, lo, hi, bwd) \
+    mn_status vkgen_##name(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap);
+#include "graph/ops.def"
+#undef MN_OP
+
+mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
+                          char *err, size_t cap);
+/* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */
+char *vk_codegen_source(const vk_kernel *k);
+/* The embedded text of kernels/<name>.glsl, or NULL. */
+const char *vk_template(const char *name);
+
+#endif
