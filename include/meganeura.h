@@ -266,6 +266,15 @@ mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum
  * of the same words) prints them to stderr at session build. */
 mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f);
 
+/* ---- devices ------------------------------------------------------------- */
+
+/* Lists the Vulkan devices with their limits and the extensions the project
+ * uses (fp16, bf16, cooperative matrix, subgroup size). MN_E_UNSUPPORTED in a
+ * build without the Vulkan backend. Environment: MEGANEURA_DEVICE picks the
+ * device by index or name substring; MEGANEURA_VALIDATE=1 enables the Khronos
+ * validation layer. */
+mn_status mn_list_devices(FILE *f);
+
 /* ---- logging ------------------------------------------------------------- */
 
 typedef enum mn_log_level { MN_LOG_ERROR = 0, MN_LOG_WARN, MN_LOG_INFO, MN_LOG_DEBUG } mn_log_level;

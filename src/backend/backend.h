@@ -33,5 +33,8 @@ typedef struct backend_vtable {
 } backend_vtable;
 
 extern const backend_vtable backend_cpu;
+#ifdef MN_HAVE_VULKAN
+extern const backend_vtable backend_vulkan;
+#endif
 
 #endif

@@ -1,0 +1,776 @@
+/* vk_backend.c - the Vulkan backend: device-local arenas placed by the memory
+ * plan, a staging buffer for uploads and readbacks, one compute pipeline per
+ * distinct generated kernel, and command buffers recorded once per node list
+ * (the training step, the forward run) and replayed on every execute.
+ *
+ * Per execute the host does only: copy pending uploads into the staging
+ * buffer, one vkQueueSubmit (uploads + the recorded step), one fence wait.
+ * Barriers are recorded only where a later dispatch reads or writes memory
+ * an earlier dispatch since the last barrier wrote, or writes memory one read.
+ *
+ * MEGANEURA_PROFILE=1: per-kernel GPU times from timestamp queries, printed
+ * as a table when the session ends. MEGANEURA_TRACE=path: a Chrome/Perfetto
+ * trace of every dispatch. MEGANEURA_DUMP=glsl: the generated sources to
+ * stderr.
+ *
+ * Does not: generate GLSL (vk_codegen*.c), pick devices (vk_device.c).
+ */
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/vulkan/vk_util.h"
+
+#define MAX_RECORDED 4
+#define STAGING_BYTES (16u << 20)
+
+typedef struct node_rt {
+    int32_t pipe; /* index into pipes, -1: nothing to dispatch */
+    uint32_t groups[3];
+    uint32_t push[8];
+} node_rt;
+
+typedef struct pipe_entry {
+    uint64_t key;
+    VkShaderModule module;
+    VkPipeline pipeline;
+} pipe_entry;
+
+typedef struct recorded {
+    const int32_t *list;
+    int32_t n;
+    VkCommandBuffer cb;
+    uint32_t nqueries;
+} recorded;
+
+typedef struct range {
+    int8_t arena;
+    uint64_t lo, hi;
+} range;
+
+typedef struct prof_entry {
+    uint64_t calls;
+    double total_ns;
+} prof_entry;
+
+typedef struct vkb {
+    vk_ctx c;
+    const program *p;
+    bool lost;
+    VkBuffer buf[MP_ARENA_COUNT];
+    VkDeviceMemory mem[MP_ARENA_COUNT];
+    VkBuffer staging;
+    VkDeviceMemory staging_mem;
+    unsigned char *staging_map;
+    VkDeviceSize staging_size, staging_used;
+    VkBufferCopy *pending; /* uploads waiting in the staging buffer */
+    int8_t *pending_arena;
+    int npending, cap_pending;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkDescriptorPool dpool;
+    VkDescriptorSet dset;
+    VkPipelineCache pcache;
+    pipe_entry *pipes;
+    int npipes, cap_pipes;
+    node_rt *rt;
+    VkCommandPool pool;
+    VkCommandBuffer upload_cb, once_cb;
+    recorded rec[MAX_RECORDED];
+    int nrec;
+    VkFence fence;
+    VkQueryPool qpool;
+    uint32_t qcap;
+    bool profile;
+    prof_entry *prof; /* per node */
+    FILE *trace;
+    double trace_clock_us;
+    bool trace_first;
+    double build_ms;
+    int kernels_compiled, kernels_cached;
+} vkb;
+
+static mn_status vk_fail(vkb *b, VkResult r, const char *call, char *err, size_t cap) {
+    if (r == VK_ERROR_DEVICE_LOST) b->lost = true;
+    mn_fmt(err, cap, "vulkan: %s: %s%s", call, vk_result_name(r),
+           r == VK_ERROR_OUT_OF_DEVICE_MEMORY ? " (the model does not fit in device memory)" : "");
+    return r == VK_ERROR_OUT_OF_HOST_MEMORY ? MN_E_NOMEM : MN_E_BACKEND;
+}
+#define VKCHECK(call, name)                                                                        \
+    do {                                                                                           \
+        VkResult r_ = (call);                                                                      \
+        if (r_ != VK_SUCCESS) return vk_fail(b, r_, name, err, cap);                              \
+    } while (0)
+
+static int find_memory(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags nice) {
+    int fallback = -1;
+    for (uint32_t i = 0; i < c->mem.memoryTypeCount; i++) {
+        if (!(bits & (1u << i))) continue;
+        VkMemoryPropertyFlags f = c->mem.memoryTypes[i].propertyFlags;
+        if ((f & want) != want) continue;
+        if ((f & nice) == nice) return (int)i;
+        if (fallback < 0) fallback = (int)i;
+    }
+    return fallback;
+}
+
+static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDeviceSize size, VkBufferUsageFlags usage,
+                             VkMemoryPropertyFlags want, VkMemoryPropertyFlags nice, char *err, size_t cap) {
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bi.size = size;
+    bi.usage = usage;
+    VKCHECK(vkCreateBuffer(b->c.device, &bi, NULL, buf), "vkCreateBuffer");
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(b->c.device, *buf, &req);
+    int type = find_memory(&b->c, req.memoryTypeBits, want, nice);
+    if (type < 0) {
+        mn_fmt(err, cap, "vulkan: no memory type for a buffer of %llu bytes", (unsigned long long)size);
+        return MN_E_BACKEND;
+    }
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    ai.allocationSize = req.size;
+    ai.memoryTypeIndex = (uint32_t)type;
+    VKCHECK(vkAllocateMemory(b->c.device, &ai, NULL, mem), "vkAllocateMemory");
+    VKCHECK(vkBindBufferMemory(b->c.device, *buf, *mem, 0), "vkBindBufferMemory");
+    return MN_OK;
+}
+
+static mn_status make_arenas(vkb *b, char *err, size_t cap) {
+    static const char *names[MP_ARENA_COUNT] = {"parameter", "optimizer state", "input/output", "work"};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
+    vkGetPhysicalDeviceProperties2(b->c.phys, &p2);
+    for (int a = 0; a < MP_ARENA_COUNT; a++) {
+        VkDeviceSize size = b->p->plan->arena_bytes[a];
+        if (size < 256) size = 256;
+        if (size > b->c.props.limits.maxStorageBufferRange || size > m3.maxMemoryAllocationSize) {
+            mn_fmt(err, cap,
+                   "vulkan: the %s arena needs %llu bytes, more than one binding on '%s' allows "
+                   "(maxStorageBufferRange %u, maxMemoryAllocationSize %llu); splitting arenas is not implemented",
+                   names[a], (unsigned long long)size, b->c.props.deviceName, b->c.props.limits.maxStorageBufferRange,
+                   (unsigned long long)m3.maxMemoryAllocationSize);
+            return MN_E_UNSUPPORTED;
+        }
+        mn_status st = make_buffer(b, &b->buf[a], &b->mem[a], size,
+                                   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, err, cap);
+        if (st) return st;
+    }
+    b->staging_size = STAGING_BYTES;
+    mn_status st = make_buffer(b, &b->staging, &b->staging_mem, b->staging_size,
+                               VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                               VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                               VK_MEMORY_PROPERTY_HOST_CACHED_BIT, err, cap);
+    if (st) return st;
+    VKCHECK(vkMapMemory(b->c.device, b->staging_mem, 0, VK_WHOLE_SIZE, 0, (void **)&b->staging_map), "vkMapMemory");
+    return MN_OK;
+}
+
+static mn_status make_layout(vkb *b, char *err, size_t cap) {
+    VkDescriptorSetLayoutBinding bind[MP_ARENA_COUNT];
+    for (uint32_t i = 0; i < MP_ARENA_COUNT; i++)
+        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    li.bindingCount = MP_ARENA_COUNT;
+    li.pBindings = bind;
+    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &b->dsl), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pi.setLayoutCount = 1;
+    pi.pSetLayouts = &b->dsl;
+    pi.pushConstantRangeCount = 1;
+    pi.pPushConstantRanges = &pr;
+    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &b->layout), "vkCreatePipelineLayout");
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, MP_ARENA_COUNT};
+    VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    dpi.maxSets = 1;
+    dpi.poolSizeCount = 1;
+    dpi.pPoolSizes = &ps;
+    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, NULL, &b->dpool), "vkCreateDescriptorPool");
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = b->dpool;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &b->dsl;
+    VKCHECK(vkAllocateDescriptorSets(b->c.device, &ai, &b->dset), "vkAllocateDescriptorSets");
+    VkDescriptorBufferInfo info[MP_ARENA_COUNT];
+    VkWriteDescriptorSet w[MP_ARENA_COUNT];
+    for (uint32_t i = 0; i < MP_ARENA_COUNT; i++) {
+        info[i] = (VkDescriptorBufferInfo){b->buf[i], 0, VK_WHOLE_SIZE};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w[i].dstSet = b->dset;
+        w[i].dstBinding = i;
+        w[i].descriptorCount = 1;
+        w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[i].pBufferInfo = &info[i];
+    }
+    vkUpdateDescriptorSets(b->c.device, MP_ARENA_COUNT, w, 0, NULL);
+    return MN_OK;
+}
+
+/* ---- pipeline cache (per device UUID, on disk) ---------------------------- */
+
+static void pcache_path(const vkb *b, char *path, size_t cap) {
+    char dir[900];
+    path[0] = 0;
+    if (!vk_cache_dir(dir, sizeof dir)) return;
+    char uuid[2 * VK_UUID_SIZE + 1];
+    for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", b->c.props.pipelineCacheUUID[i]);
+    snprintf(path, cap, "%s/pipelines-%s.bin", dir, uuid);
+}
+
+static void pcache_load(vkb *b) {
+    char path[1024];
+    pcache_path(b, path, sizeof path);
+    void *data = NULL;
+    size_t n = 0;
+    FILE *f = path[0] ? fopen(path, "rb") : NULL;
+    if (f) {
+        if (fseek(f, 0, SEEK_END) == 0) {
+            long len = ftell(f);
+            if (len > 0 && len < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)len)))
+                n = fread(data, 1, (size_t)len, f) == (size_t)len ? (size_t)len : 0;
+        }
+        fclose(f);
+    }
+    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    ci.initialDataSize = n;
+    ci.pInitialData = n ? data : NULL;
+    /* the driver checks the header and ignores data that is not its own */
+    if (vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache) != VK_SUCCESS) {
+        ci.initialDataSize = 0;
+        ci.pInitialData = NULL;
+        vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache);
+    }
+    free(data);
+}
+
+static void pcache_save(vkb *b) {
+    char path[1024], tmp[1100];
+    size_t n = 0;
+    pcache_path(b, path, sizeof path);
+    if (!path[0] || !b->pcache || vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n) return;
+    void *data = malloc(n);
+    if (!data) return;
+    if (vkGetPipelineCacheData(b->c.device, b->pcache, &n, data) == VK_SUCCESS) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        bool ok = f && fwrite(data, 1, n, f) == n;
+        if (f) ok = fclose(f) == 0 && ok;
+        if (!ok || rename(tmp, path) != 0) remove(tmp);
+    }
+    free(data);
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+static uint64_t hash_str(const char *s) { return mn_hash_str(s); }
+
+static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t *out, char *err, size_t cap) {
+    uint64_t key = hash_str(src);
+    for (int i = 0; i < b->npipes; i++)
+        if (b->pipes[i].key == key) {
+            *out = i;
+            return MN_OK;
+        }
+    uint32_t *words = NULL;
+    size_t nwords = 0;
+    bool cached = false;
+    mn_status st = vk_compile(&words, &nwords, src, label, &cached, err, cap);
+    if (st) return st;
+    cached ? b->kernels_cached++ : b->kernels_compiled++;
+    if (b->npipes == b->cap_pipes) {
+        int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
+        pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
+        if (!np) {
+            free(words);
+            return MN_E_NOMEM;
+        }
+        b->pipes = np;
+        b->cap_pipes = c2;
+    }
+    pipe_entry *e = &b->pipes[b->npipes];
+    memset(e, 0, sizeof *e);
+    e->key = key;
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = nwords * 4;
+    mi.pCode = words;
+    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &e->module);
+    free(words);
+    if (r != VK_SUCCESS) return vk_fail(b, r, "vkCreateShaderModule", err, cap);
+    VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage = (VkPipelineShaderStageCreateInfo){.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = e->module;
+    ci.stage.pName = "main";
+    ci.layout = b->layout;
+    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &e->pipeline);
+    if (r != VK_SUCCESS) {
+        vkDestroyShaderModule(b->c.device, e->module, NULL);
+        return vk_fail(b, r, "vkCreateComputePipelines", err, cap);
+    }
+    *out = b->npipes++;
+    return MN_OK;
+}
+
+static mn_status build_kernels(vkb *b, char *err, size_t cap) {
+    const program *p = b->p;
+    const char *dump = getenv("MEGANEURA_DUMP");
+    bool dump_glsl = dump && strstr(dump, "glsl");
+    vk_kernel *k = malloc(sizeof *k);
+    if (!k) return MN_E_NOMEM;
+    mn_status st = MN_OK;
+    for (int32_t i = 0; i < p->norder && !st; i++) {
+        int32_t id = p->order[i];
+        const node *n = &p->g->nodes[id];
+        node_rt *rt = &b->rt[id];
+        rt->pipe = -1;
+        if ((st = vk_codegen_node(k, p->g, id, p->plan, &b->c.caps, err, cap))) break;
+        if (!k->tmpl) continue;
+        char *src = vk_codegen_source(k);
+        if (!src) {
+            mn_fmt(err, cap, "vulkan: no kernel template '%s' for %s (%%%d)", k->tmpl, op_table[n->op].name, id);
+            st = MN_E_UNSUPPORTED;
+            break;
+        }
+        if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
+        char label[64];
+        snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
+        st = get_pipeline(b, src, label, &rt->pipe, err, cap);
+        free(src);
+        memcpy(rt->groups, k->groups, sizeof rt->groups);
+        const mp_slot *s = &p->plan->slots[id];
+        rt->push[0] = (uint32_t)(s->offset / 4);
+        for (int j = 0; j < n->nin; j++) rt->push[1 + j] = (uint32_t)(p->plan->slots[n->in[j]].offset / 4);
+    }
+    free(k);
+    return st;
+}
+
+/* ---- hazards ------------------------------------------------------------- */
+
+typedef struct rset {
+    range r[64];
+    int n;
+    bool full; /* too many ranges tracked: treat as overlapping everything */
+} rset;
+
+static bool rset_hits(const rset *s, range x) {
+    if (s->full) return s->n > 0 || s->full;
+    for (int i = 0; i < s->n; i++)
+        if (s->r[i].arena == x.arena && s->r[i].lo < x.hi && x.lo < s->r[i].hi) return true;
+    return false;
+}
+
+static void rset_add(rset *s, range x) {
+    if (s->n == (int)MN_ARRAY_LEN(s->r)) s->full = true;
+    else s->r[s->n++] = x;
+}
+
+static range node_range(const program *p, int32_t id) {
+    const mp_slot *s = &p->plan->slots[id];
+    return (range){s->arena, s->offset, s->offset + s->bytes};
+}
+
+static void barrier(VkCommandBuffer cb, VkPipelineStageFlags src, VkAccessFlags sa, VkPipelineStageFlags dst,
+                    VkAccessFlags da) {
+    VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, sa, da};
+    vkCmdPipelineBarrier(cb, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
+    const program *p = b->p;
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = b->pool;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VKCHECK(vkAllocateCommandBuffers(b->c.device, &ai, &rc->cb), "vkAllocateCommandBuffers");
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    VKCHECK(vkBeginCommandBuffer(rc->cb, &bi), "vkBeginCommandBuffer");
+    VkCommandBuffer cb = rc->cb;
+    bool prof = b->profile && b->qpool;
+    if (prof) vkCmdResetQueryPool(cb, b->qpool, 0, b->qcap);
+    /* earlier submissions (uploads, previous steps) -> this step's kernels */
+    barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+    rset *rd = calloc(1, sizeof *rd), *wr = calloc(1, sizeof *wr);
+    if (!rd || !wr) {
+        free(rd);
+        free(wr);
+        return MN_E_NOMEM;
+    }
+    int32_t bound = -1;
+    uint32_t q = 0;
+    for (int32_t i = 0; i < rc->n; i++) {
+        int32_t id = rc->list[i];
+        const node_rt *rt = &b->rt[id];
+        if (rt->pipe < 0) continue;
+        const node *n = &p->g->nodes[id];
+        /* this dispatch's reads and writes (optimizer updates also write state) */
+        range reads[NODE_MAX_IN], writes[3];
+        int nr = 0, nw = 0;
+        for (int j = 0; j < n->nin; j++) reads[nr++] = node_range(p, n->in[j]);
+        writes[nw++] = node_range(p, id);
+        if (n->op == OP_SGD_UPDATE) writes[nw++] = node_range(p, n->in[2]);
+        if (n->op == OP_ADAM_UPDATE) writes[nw++] = node_range(p, n->in[2]), writes[nw++] = node_range(p, n->in[3]);
+        bool hazard = false;
+        for (int j = 0; j < nr && !hazard; j++) hazard = rset_hits(wr, reads[j]);
+        for (int j = 0; j < nw && !hazard; j++) hazard = rset_hits(wr, writes[j]) || rset_hits(rd, writes[j]);
+        if (hazard) {
+            /* read-after-write / write-after-read / write-after-write between dispatches */
+            barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+            rd->n = wr->n = 0;
+            rd->full = wr->full = false;
+        }
+        for (int j = 0; j < nr; j++) rset_add(rd, reads[j]);
+        for (int j = 0; j < nw; j++) rset_add(wr, writes[j]);
+        if (bound != rt->pipe) {
+            vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipes[rt->pipe].pipeline);
+            if (bound < 0)
+                vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, 1, &b->dset, 0, NULL);
+            bound = rt->pipe;
+        }
+        vkCmdPushConstants(cb, b->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof rt->push, rt->push);
+        if (prof && q + 2 <= b->qcap) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->qpool, q);
+        vkCmdDispatch(cb, rt->groups[0], rt->groups[1], rt->groups[2]);
+        if (prof && q + 2 <= b->qcap) {
+            vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->qpool, q + 1);
+            q += 2;
+        }
+    }
+    free(rd);
+    free(wr);
+    rc->nqueries = q;
+    /* this step's results -> readbacks and the next submission */
+    barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+            VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
+            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
+    VKCHECK(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
+    return MN_OK;
+}
+
+/* ---- submission ---------------------------------------------------------- */
+
+static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err, size_t cap) {
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = n;
+    si.pCommandBuffers = cbs;
+    VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
+    VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
+    VKCHECK(vkWaitForFences(b->c.device, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    return MN_OK;
+}
+
+/* Records the pending uploads into upload_cb (not submitted). */
+static mn_status record_uploads(vkb *b, char *err, size_t cap) {
+    VKCHECK(vkResetCommandBuffer(b->upload_cb, 0), "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    VKCHECK(vkBeginCommandBuffer(b->upload_cb, &bi), "vkBeginCommandBuffer");
+    /* earlier kernels may still read what these copies overwrite */
+    barrier(b->upload_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+            VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+    for (int i = 0; i < b->npending; i++)
+        vkCmdCopyBuffer(b->upload_cb, b->staging, b->buf[b->pending_arena[i]], 1, &b->pending[i]);
+    /* copies -> the kernels of this submission */
+    barrier(b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+    VKCHECK(vkEndCommandBuffer(b->upload_cb), "vkEndCommandBuffer");
+    return MN_OK;
+}
+
+static mn_status flush_uploads(vkb *b, char *err, size_t cap) {
+    if (!b->npending) return MN_OK;
+    mn_status st = record_uploads(b, err, cap);
+    if (!st) st = submit_wait(b, &b->upload_cb, 1, err, cap);
+    b->npending = 0;
+    b->staging_used = 0;
+    return st;
+}
+
+static mn_status check_usable(vkb *b, char *err, size_t cap) {
+    if (!b->lost) return MN_OK;
+    mn_fmt(err, cap, "vulkan: the device was lost earlier (VK_ERROR_DEVICE_LOST); this session cannot continue");
+    return MN_E_BACKEND;
+}
+
+static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, char *err, size_t cap) {
+    vkb *b = bp;
+    mn_status st = check_usable(b, err, cap);
+    if (st) return st;
+    const mp_slot *s = &b->p->plan->slots[id];
+    if (s->arena < 0 || bytes != s->bytes) {
+        mn_fmt(err, cap, "vulkan: write of %zu bytes to node %d (%s), whose storage is %llu bytes", bytes, id,
+               op_table[b->p->g->nodes[id].op].name, (unsigned long long)s->bytes);
+        return MN_E_INVALID;
+    }
+    size_t done = 0;
+    while (done < bytes) {
+        if (b->staging_used >= b->staging_size || b->npending == b->cap_pending) {
+            if (b->npending == b->cap_pending) {
+                int c2 = b->cap_pending ? 2 * b->cap_pending : 64;
+                VkBufferCopy *np = realloc(b->pending, (size_t)c2 * sizeof *np);
+                int8_t *na = np ? realloc(b->pending_arena, (size_t)c2) : NULL;
+                if (np) b->pending = np;
+                if (!np || !na) return MN_E_NOMEM;
+                b->pending_arena = na;
+                b->cap_pending = c2;
+            }
+            if (b->staging_used >= b->staging_size && (st = flush_uploads(b, err, cap))) return st;
+        }
+        size_t chunk = bytes - done, room = (size_t)(b->staging_size - b->staging_used);
+        if (chunk > room) chunk = room;
+        memcpy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
+        b->pending[b->npending] = (VkBufferCopy){b->staging_used, s->offset + done, chunk};
+        b->pending_arena[b->npending++] = s->arena;
+        b->staging_used = (b->staging_used + chunk + 15) & ~(VkDeviceSize)15;
+        done += chunk;
+    }
+    return MN_OK;
+}
+
+static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *err, size_t cap) {
+    vkb *b = bp;
+    mn_status st = check_usable(b, err, cap);
+    if (st || (st = flush_uploads(b, err, cap))) return st;
+    const mp_slot *s = &b->p->plan->slots[id];
+    if (s->arena < 0 || bytes != s->bytes) {
+        mn_fmt(err, cap, "vulkan: read of %zu bytes from node %d (%s), whose storage is %llu bytes", bytes, id,
+               op_table[b->p->g->nodes[id].op].name, (unsigned long long)s->bytes);
+        return MN_E_INVALID;
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t chunk = bytes - done;
+        if (chunk > b->staging_size) chunk = (size_t)b->staging_size;
+        VKCHECK(vkResetCommandBuffer(b->once_cb, 0), "vkResetCommandBuffer");
+        VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        VKCHECK(vkBeginCommandBuffer(b->once_cb, &bi), "vkBeginCommandBuffer");
+        barrier(b->once_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_TRANSFER_READ_BIT);
+        VkBufferCopy reg = {s->offset + done, 0, chunk};
+        vkCmdCopyBuffer(b->once_cb, b->buf[s->arena], b->staging, 1, &reg);
+        barrier(b->once_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
+                VK_ACCESS_HOST_READ_BIT);
+        VKCHECK(vkEndCommandBuffer(b->once_cb), "vkEndCommandBuffer");
+        if ((st = submit_wait(b, &b->once_cb, 1, err, cap))) return st;
+        memcpy((unsigned char *)dst + done, b->staging_map, chunk);
+        done += chunk;
+    }
+    return MN_OK;
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void collect_profile(vkb *b, const recorded *rc) {
+    if (!rc->nqueries) return;
+    uint64_t *ts = malloc(rc->nqueries * sizeof *ts);
+    if (!ts) return;
+    if (vkGetQueryPoolResults(b->c.device, b->qpool, 0, rc->nqueries, rc->nqueries * sizeof *ts, ts, sizeof *ts,
+                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+        double period = b->c.props.limits.timestampPeriod;
+        uint32_t q = 0;
+        double base = b->trace_clock_us;
+        for (int32_t i = 0; i < rc->n && q + 2 <= rc->nqueries; i++) {
+            int32_t id = rc->list[i];
+            if (b->rt[id].pipe < 0) continue;
+            double ns = (double)(ts[q + 1] - ts[q]) * period;
+            b->prof[id].calls++;
+            b->prof[id].total_ns += ns;
+            if (b->trace) {
+                double start = base + (double)(ts[q] - ts[0]) * period / 1e3;
+                fprintf(b->trace, "%s{\"name\":\"%s\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                        "\"pid\":1,\"tid\":1,\"args\":{\"node\":%d}}",
+                        b->trace_first ? "" : ",\n", op_table[b->p->g->nodes[id].op].name, start, ns / 1e3, id);
+                b->trace_first = false;
+            }
+            q += 2;
+        }
+    }
+    free(ts);
+}
+
+static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err, size_t cap) {
+    vkb *b = bp;
+    mn_status st = check_usable(b, err, cap);
+    if (st) return st;
+    recorded *rc = NULL;
+    for (int i = 0; i < b->nrec; i++)
+        if (b->rec[i].list == list && b->rec[i].n == n) rc = &b->rec[i];
+    if (!rc) {
+        if (b->nrec == MAX_RECORDED) {
+            mn_fmt(err, cap, "vulkan: more than %d distinct node lists executed", MAX_RECORDED);
+            return MN_E_UNSUPPORTED;
+        }
+        rc = &b->rec[b->nrec];
+        rc->list = list;
+        rc->n = n;
+        if ((st = record(b, rc, err, cap))) return st;
+        b->nrec++;
+    }
+    VkCommandBuffer cbs[2];
+    uint32_t ncb = 0;
+    if (b->npending) {
+        if ((st = record_uploads(b, err, cap))) return st;
+        cbs[ncb++] = b->upload_cb;
+    }
+    cbs[ncb++] = rc->cb;
+    b->trace_clock_us = now_us();
+    st = submit_wait(b, cbs, ncb, err, cap);
+    b->npending = 0;
+    b->staging_used = 0;
+    if (!st && b->profile) collect_profile(b, rc);
+    return st;
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
+
+static void print_profile(vkb *b) {
+    typedef struct {
+        const char *name;
+        uint64_t calls;
+        double ns;
+    } row;
+    row rows[OP_COUNT];
+    memset(rows, 0, sizeof rows);
+    double total = 0;
+    for (int32_t i = 0; i < b->p->g->n; i++) {
+        if (!b->prof[i].calls) continue;
+        op_id op = b->p->g->nodes[i].op;
+        rows[op].name = op_table[op].name;
+        rows[op].calls += b->prof[i].calls;
+        rows[op].ns += b->prof[i].total_ns;
+        total += b->prof[i].total_ns;
+    }
+    fprintf(stderr, "meganeura profile (%s): GPU time per kernel kind\n", b->c.props.deviceName);
+    fprintf(stderr, "  %-24s %10s %12s %10s %6s\n", "kernel", "calls", "total us", "mean us", "%");
+    for (int op = 0; op < OP_COUNT; op++)
+        if (rows[op].calls)
+            fprintf(stderr, "  %-24s %10llu %12.1f %10.2f %6.1f\n", rows[op].name, (unsigned long long)rows[op].calls,
+                    rows[op].ns / 1e3, rows[op].ns / 1e3 / (double)rows[op].calls,
+                    total > 0 ? 100.0 * rows[op].ns / total : 0.0);
+    fprintf(stderr, "  session build %.1f ms (%d kernels compiled, %d from the cache)\n", b->build_ms,
+            b->kernels_compiled, b->kernels_cached);
+}
+
+static void vkb_destroy(void *bp) {
+    vkb *b = bp;
+    if (!b) return;
+    VkDevice d = b->c.device;
+    if (d) {
+        vkDeviceWaitIdle(d);
+        if (b->profile && b->prof) print_profile(b);
+        pcache_save(b);
+        for (int i = 0; i < b->npipes; i++) {
+            vkDestroyPipeline(d, b->pipes[i].pipeline, NULL);
+            vkDestroyShaderModule(d, b->pipes[i].module, NULL);
+        }
+        if (b->pcache) vkDestroyPipelineCache(d, b->pcache, NULL);
+        if (b->qpool) vkDestroyQueryPool(d, b->qpool, NULL);
+        if (b->fence) vkDestroyFence(d, b->fence, NULL);
+        if (b->pool) vkDestroyCommandPool(d, b->pool, NULL);
+        if (b->dpool) vkDestroyDescriptorPool(d, b->dpool, NULL);
+        if (b->layout) vkDestroyPipelineLayout(d, b->layout, NULL);
+        if (b->dsl) vkDestroyDescriptorSetLayout(d, b->dsl, NULL);
+        if (b->staging) vkDestroyBuffer(d, b->staging, NULL);
+        if (b->staging_mem) vkFreeMemory(d, b->staging_mem, NULL);
+        for (int a = 0; a < MP_ARENA_COUNT; a++) {
+            if (b->buf[a]) vkDestroyBuffer(d, b->buf[a], NULL);
+            if (b->mem[a]) vkFreeMemory(d, b->mem[a], NULL);
+        }
+    }
+    if (b->trace) {
+        fprintf(b->trace, "\n]}\n");
+        fclose(b->trace);
+    }
+    if (b->c.validation && b->c.validation_messages)
+        mn_logf(MN_LOG_ERROR, "vulkan validation reported %d errors/warnings", b->c.validation_messages);
+    vk_ctx_destroy(&b->c);
+    free(b->pipes);
+    free(b->pending);
+    free(b->pending_arena);
+    free(b->rt);
+    free(b->prof);
+    free(b);
+}
+
+static mn_status vkb_create(void **out, const program *p, char *err, size_t cap) {
+    *out = NULL;
+    if (p->f64) {
+        mn_fmt(err, cap, "vulkan: the f64 mode exists on the cpu backend only");
+        return MN_E_UNSUPPORTED;
+    }
+    double t0 = now_us();
+    vkb *b = calloc(1, sizeof *b);
+    if (!b) return MN_E_NOMEM;
+    b->p = p;
+    b->rt = calloc((size_t)p->g->n + 1, sizeof *b->rt);
+    b->prof = calloc((size_t)p->g->n + 1, sizeof *b->prof);
+    mn_status st = b->rt && b->prof ? vk_ctx_create(&b->c, err, cap) : MN_E_NOMEM;
+    if (!st) st = make_arenas(b, err, cap);
+    if (!st) st = make_layout(b, err, cap);
+    if (!st) {
+        VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+        pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+        pi.queueFamilyIndex = b->c.queue_family;
+        VkResult r = vkCreateCommandPool(b->c.device, &pi, NULL, &b->pool);
+        VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        ai.commandPool = b->pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(b->c.device, &ai, &b->upload_cb);
+        if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(b->c.device, &ai, &b->once_cb);
+        VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        if (r == VK_SUCCESS) r = vkCreateFence(b->c.device, &fi, NULL, &b->fence);
+        if (r != VK_SUCCESS) st = vk_fail(b, r, "command pool / fence creation", err, cap);
+    }
+    const char *pe = getenv("MEGANEURA_PROFILE"), *tr = getenv("MEGANEURA_TRACE");
+    b->profile = (pe && *pe && strcmp(pe, "0") != 0) || (tr && *tr);
+    if (!st && b->profile) {
+        b->qcap = 2 * (uint32_t)p->norder + 2;
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+        qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qi.queryCount = b->qcap;
+        if (vkCreateQueryPool(b->c.device, &qi, NULL, &b->qpool) != VK_SUCCESS) b->qpool = VK_NULL_HANDLE;
+        if (tr && *tr) {
+            b->trace = fopen(tr, "w");
+            if (!b->trace) mn_logf(MN_LOG_WARN, "MEGANEURA_TRACE: cannot write '%s'", tr);
+            else fprintf(b->trace, "{\"traceEvents\":[\n"), b->trace_first = true;
+        }
+    }
+    if (!st) {
+        pcache_load(b);
+        st = build_kernels(b, err, cap);
+    }
+    /* constants live in the io arena: upload them once */
+    for (int32_t i = 0; !st && i < p->g->n; i++) {
+        const node *n = &p->g->nodes[i];
+        if (n->op == OP_CONST && p->plan->slots[i].arena >= 0)
+            st = vkb_write(b, i, n->data, (size_t)node_numel(n) * 4, err, cap);
+    }
+    if (!st) st = flush_uploads(b, err, cap);
+    b->build_ms = (now_us() - t0) / 1e3;
+    if (st) {
+        vkb_destroy(b);
+        return st;
+    }
+    *out = b;
+    return MN_OK;
+}
+
+const backend_vtable backend_vulkan = {"vulkan", vkb_create, vkb_destroy, vkb_write, vkb_read, vkb_execute};
+
+/* Used by `meganeura devices` through the public API. */
+mn_status mn_list_devices(FILE *f) {
+    char err[512];
+    mn_status st = vk_list_devices(f ? f : stdout, err, sizeof err);
+    if (st) fprintf(stderr, "meganeura: %s\n", err);
+    return st;
+}

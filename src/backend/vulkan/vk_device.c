@@ -1,0 +1,254 @@
+/* vk_device.c - Vulkan instance, device selection and capabilities,
+ * validation-layer reporting, and the `meganeura devices` listing. */
+#include <ctype.h>
+
+#include "backend/vulkan/vk_util.h"
+
+const char *vk_result_name(VkResult r) {
+    switch (r) {
+#define R(x) case x: return #x;
+    R(VK_SUCCESS) R(VK_NOT_READY) R(VK_TIMEOUT) R(VK_INCOMPLETE)
+    R(VK_ERROR_OUT_OF_HOST_MEMORY) R(VK_ERROR_OUT_OF_DEVICE_MEMORY) R(VK_ERROR_INITIALIZATION_FAILED)
+    R(VK_ERROR_DEVICE_LOST) R(VK_ERROR_MEMORY_MAP_FAILED) R(VK_ERROR_LAYER_NOT_PRESENT)
+    R(VK_ERROR_EXTENSION_NOT_PRESENT) R(VK_ERROR_FEATURE_NOT_PRESENT) R(VK_ERROR_INCOMPATIBLE_DRIVER)
+    R(VK_ERROR_TOO_MANY_OBJECTS) R(VK_ERROR_FORMAT_NOT_SUPPORTED) R(VK_ERROR_FRAGMENTED_POOL)
+    R(VK_ERROR_OUT_OF_POOL_MEMORY) R(VK_ERROR_INVALID_SHADER_NV) R(VK_ERROR_UNKNOWN)
+#undef R
+    default: return "VK_ERROR_(unnamed)";
+    }
+}
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
+                                                 VkDebugUtilsMessageTypeFlagsEXT type,
+                                                 const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
+    vk_ctx *c = user;
+    if (sev >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) {
+        c->validation_messages++;
+        mn_logf(sev >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? MN_LOG_ERROR : MN_LOG_WARN,
+                "vulkan validation: %s", data->pMessage);
+    }
+    return VK_FALSE;
+}
+
+static bool has_layer(const char *name) {
+    uint32_t n = 0;
+    vkEnumerateInstanceLayerProperties(&n, NULL);
+    VkLayerProperties *p = calloc(n + 1, sizeof *p);
+    if (!p) return false;
+    vkEnumerateInstanceLayerProperties(&n, p);
+    bool found = false;
+    for (uint32_t i = 0; i < n; i++) found |= strcmp(p[i].layerName, name) == 0;
+    free(p);
+    return found;
+}
+
+static bool has_device_ext(VkPhysicalDevice d, const char *name) {
+    uint32_t n = 0;
+    vkEnumerateDeviceExtensionProperties(d, NULL, &n, NULL);
+    VkExtensionProperties *p = calloc(n + 1, sizeof *p);
+    if (!p) return false;
+    vkEnumerateDeviceExtensionProperties(d, NULL, &n, p);
+    bool found = false;
+    for (uint32_t i = 0; i < n; i++) found |= strcmp(p[i].extensionName, name) == 0;
+    free(p);
+    return found;
+}
+
+static mn_status make_instance(vk_ctx *c, bool validation, char *err, size_t cap) {
+    VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "meganeura", 1, "meganeura", 1,
+                             VK_API_VERSION_1_2};
+    const char *layers[] = {"VK_LAYER_KHRONOS_validation"};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    ci.pApplicationInfo = &app;
+    if (validation) {
+        if (!has_layer(layers[0])) {
+            mn_fmt(err, cap, "vulkan: MEGANEURA_VALIDATE=1 but VK_LAYER_KHRONOS_validation is not installed "
+                             "(Debian: vulkan-validationlayers)");
+            return MN_E_UNSUPPORTED;
+        }
+        ci.enabledLayerCount = 1;
+        ci.ppEnabledLayerNames = layers;
+        ci.enabledExtensionCount = 1;
+        ci.ppEnabledExtensionNames = exts;
+    }
+    VkResult r = vkCreateInstance(&ci, NULL, &c->instance);
+    if (r != VK_SUCCESS) {
+        mn_fmt(err, cap, "vulkan: vkCreateInstance: %s (is a Vulkan driver installed? lavapipe: mesa-vulkan-drivers)",
+               vk_result_name(r));
+        return MN_E_BACKEND;
+    }
+    c->validation = validation;
+    if (validation) {
+        PFN_vkCreateDebugUtilsMessengerEXT create =
+            (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(c->instance, "vkCreateDebugUtilsMessengerEXT");
+        VkDebugUtilsMessengerCreateInfoEXT mi = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+        mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+        mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+        mi.pfnUserCallback = on_message;
+        mi.pUserData = c;
+        if (create) create(c->instance, &mi, NULL, &c->messenger);
+    }
+    return MN_OK;
+}
+
+static bool contains_nocase(const char *hay, const char *needle) {
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+        if (i == n) return true;
+    }
+    return false;
+}
+
+static int type_rank(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+    default: return 4;
+    }
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    static const char *n[] = {"discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other"};
+    return n[type_rank(t)];
+}
+
+static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, vk_caps *caps) {
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(d, &p2);
+    VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
+    vkGetPhysicalDeviceFeatures2(d, &f2);
+    caps->subgroup_size = sg.subgroupSize;
+    caps->max_shared_bytes = p->limits.maxComputeSharedMemorySize;
+    caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;
+    for (int i = 0; i < 3; i++) caps->max_groups[i] = p->limits.maxComputeWorkGroupCount[i];
+    caps->fp16 = f16.shaderFloat16 != 0;
+    caps->bf16 = has_device_ext(d, "VK_KHR_shader_bfloat16");
+    caps->coopmat = has_device_ext(d, "VK_KHR_cooperative_matrix");
+}
+
+/* Orders devices: discrete first, ... CPU last; MEGANEURA_DEVICE overrides. */
+static mn_status pick_device(vk_ctx *c, char *err, size_t cap) {
+    uint32_t n = 0;
+    VkResult r = vkEnumeratePhysicalDevices(c->instance, &n, NULL);
+    if (r != VK_SUCCESS || n == 0) {
+        mn_fmt(err, cap, "vulkan: no device found (vkEnumeratePhysicalDevices: %s)", vk_result_name(r));
+        return MN_E_BACKEND;
+    }
+    VkPhysicalDevice *d = calloc(n, sizeof *d);
+    if (!d) return MN_E_NOMEM;
+    vkEnumeratePhysicalDevices(c->instance, &n, d);
+    const char *want = getenv("MEGANEURA_DEVICE");
+    int best = -1, best_rank = 99;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(d[i], &p);
+        if (want && *want) {
+            char *end;
+            long idx = strtol(want, &end, 10);
+            bool match = *end == 0 ? idx == (long)i : contains_nocase(p.deviceName, want);
+            if (match && best < 0) best = (int)i;
+            continue;
+        }
+        if (type_rank(p.deviceType) < best_rank) best = (int)i, best_rank = type_rank(p.deviceType);
+    }
+    if (best < 0) {
+        mn_fmt(err, cap, "vulkan: MEGANEURA_DEVICE='%s' matches none of the %u devices (see `meganeura devices`)", want, n);
+        free(d);
+        return MN_E_NOT_FOUND;
+    }
+    c->phys = d[best];
+    free(d);
+    vkGetPhysicalDeviceProperties(c->phys, &c->props);
+    vkGetPhysicalDeviceMemoryProperties(c->phys, &c->mem);
+    read_caps(c->phys, &c->props, &c->caps);
+    return MN_OK;
+}
+
+mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
+    memset(c, 0, sizeof *c);
+    const char *v = getenv("MEGANEURA_VALIDATE");
+    mn_status st = make_instance(c, v && *v && strcmp(v, "0") != 0, err, cap);
+    if (st) return st;
+    if ((st = pick_device(c, err, cap))) return st;
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, NULL);
+    VkQueueFamilyProperties *q = calloc(nq + 1, sizeof *q);
+    if (!q) return MN_E_NOMEM;
+    vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, q);
+    int fam = -1;
+    for (uint32_t i = 0; i < nq && fam < 0; i++)
+        if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
+    free(q);
+    if (fam < 0) {
+        mn_fmt(err, cap, "vulkan: device '%s' has no compute queue", c->props.deviceName);
+        return MN_E_UNSUPPORTED;
+    }
+    c->queue_family = (uint32_t)fam;
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qi.queueFamilyIndex = c->queue_family;
+    qi.queueCount = 1;
+    qi.pQueuePriorities = &prio;
+    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    di.queueCreateInfoCount = 1;
+    di.pQueueCreateInfos = &qi;
+    VkResult r = vkCreateDevice(c->phys, &di, NULL, &c->device);
+    if (r != VK_SUCCESS) {
+        mn_fmt(err, cap, "vulkan: vkCreateDevice on '%s': %s", c->props.deviceName, vk_result_name(r));
+        return MN_E_BACKEND;
+    }
+    vkGetDeviceQueue(c->device, c->queue_family, 0, &c->queue);
+    return MN_OK;
+}
+
+void vk_ctx_destroy(vk_ctx *c) {
+    if (c->device) vkDestroyDevice(c->device, NULL);
+    if (c->messenger) {
+        PFN_vkDestroyDebugUtilsMessengerEXT destroy =
+            (PFN_vkDestroyDebugUtilsMessengerEXT)vkGetInstanceProcAddr(c->instance, "vkDestroyDebugUtilsMessengerEXT");
+        if (destroy) destroy(c->instance, c->messenger, NULL);
+    }
+    if (c->instance) vkDestroyInstance(c->instance, NULL);
+    memset(c, 0, sizeof *c);
+}
+
+mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
+    vk_ctx c;
+    memset(&c, 0, sizeof c);
+    mn_status st = make_instance(&c, false, err, cap);
+    if (st) return st;
+    uint32_t n = 0;
+    vkEnumeratePhysicalDevices(c.instance, &n, NULL);
+    VkPhysicalDevice *d = calloc(n + 1, sizeof *d);
+    if (!d) {
+        vk_ctx_destroy(&c);
+        return MN_E_NOMEM;
+    }
+    vkEnumeratePhysicalDevices(c.instance, &n, d);
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vk_caps caps;
+        vkGetPhysicalDeviceProperties(d[i], &p);
+        read_caps(d[i], &p, &caps);
+        fprintf(f, "%u: %s (%s), Vulkan %u.%u.%u\n", i, p.deviceName, type_name(p.deviceType),
+                VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion));
+        fprintf(f, "   subgroup size %u, shared memory %u bytes, %u invocations per workgroup\n", caps.subgroup_size,
+                caps.max_shared_bytes, caps.max_invocations);
+        fprintf(f, "   max storage buffer range %u bytes, timestamp period %.3g ns\n", p.limits.maxStorageBufferRange,
+                (double)p.limits.timestampPeriod);
+        fprintf(f, "   fp16 %s, bf16 %s, cooperative matrix %s\n", caps.fp16 ? "yes" : "no", caps.bf16 ? "yes" : "no",
+                caps.coopmat ? "yes" : "no");
+    }
+    if (n == 0) fprintf(f, "no Vulkan devices\n");
+    free(d);
+    vk_ctx_destroy(&c);
+    return MN_OK;
+}

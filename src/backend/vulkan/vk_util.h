@@ -1,0 +1,48 @@
+/* vk_util.h - shared pieces of the Vulkan backend: VkResult names, the
+ * instance/device with its capabilities, and the SPIR-V compiler with its
+ * on-disk cache.
+ *
+ * Does not: generate GLSL (vk_codegen), record or run work (vk_backend.c).
+ */
+#ifndef MN_VK_UTIL_H
+#define MN_VK_UTIL_H
+
+#include <vulkan/vulkan.h>
+
+#include "backend/vulkan/vk_codegen.h"
+#include "core/common.h"
+
+const char *vk_result_name(VkResult r);
+
+typedef struct vk_ctx {
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice phys;
+    VkDevice device;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem;
+    vk_caps caps;
+    bool validation;
+    int validation_messages; /* errors and warnings reported by the layers */
+} vk_ctx;
+
+/* Creates the instance (with the Khronos validation layer when
+ * MEGANEURA_VALIDATE=1), picks a device (discrete, then integrated, then
+ * virtual, then CPU; MEGANEURA_DEVICE = index or name substring), creates the
+ * logical device and its compute queue. */
+mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap);
+void vk_ctx_destroy(vk_ctx *c);
+/* Lists every device with its limits and the extensions the project uses. */
+mn_status vk_list_devices(FILE *f, char *err, size_t cap);
+
+/* GLSL -> SPIR-V through libshaderc, cached on disk under
+ * $XDG_CACHE_HOME/meganeura/spirv (key: hash of source + compiler version).
+ * *words is malloc'ed. *cached says whether the cache answered. */
+mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
+                     char *err, size_t cap);
+/* The cache folder (created if missing); NULL if none can be made. */
+const char *vk_cache_dir(char *buf, size_t cap);
+
+#endif

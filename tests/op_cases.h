@@ -1,0 +1,199 @@
+/* op_cases.h - the per-op test cases shared by the gradient check and the
+ * backend comparison table: for each op, small graphs that place it
+ * mid-graph, y = op(1.1 * P...), loss = sum(R * (1.7*y + y*y)).
+ * Included by one test file each (static definitions).
+ */
+#ifndef MN_TEST_OP_CASES_H
+#define MN_TEST_OP_CASES_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "harness.h"
+
+#define MAXP 4
+
+typedef struct gc {
+    mn_graph *g;
+    mn_tensor p[MAXP];
+    mn_tensor x[MAXP];
+    int np;
+    unsigned seed;
+    int32_t labels_in; /* i32 labels input or MN_NONE */
+    int32_t labels[16];
+    int nlabels;
+} gc;
+
+/* Parameter of the given shape, values in [lo, hi), used as x = 1.1 * P. */
+static mn_tensor gp(gc *c, int rank, const int64_t *shape, float lo, float hi) {
+    char name[16];
+    snprintf(name, sizeof name, "p%d", c->np);
+    mn_init init = {MN_INIT_UNIFORM, lo / 1.1f, hi / 1.1f};
+    mn_tensor p, x;
+    if (mn_graph_param(c->g, &p, name, rank, shape, init) || mn_scale(c->g, &x, p, 1.1f)) return MN_NONE;
+    c->p[c->np] = p;
+    c->x[c->np++] = x;
+    return x;
+}
+#define S(...) (const int64_t[]){__VA_ARGS__}
+#define GP(r, lo, hi, ...) gp(c, r, S(__VA_ARGS__), lo, hi)
+
+typedef mn_tensor (*case_fn)(gc *c);
+
+static mn_tensor c_matmul(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 3, 4), GP(2, -1, 1, 4, 5)); return y; }
+static mn_tensor c_matmul_ta(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 4, 3), GP(2, -1, 1, 4, 5), true, false); return y; }
+static mn_tensor c_matmul_tb(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 3, 4), GP(2, -1, 1, 5, 4), false, true); return y; }
+static mn_tensor c_matmul_tab(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 4, 3), GP(2, -1, 1, 5, 4), true, true); return y; }
+static mn_tensor c_matmul_bshared(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(3, -1, 1, 2, 3, 4), GP(2, -1, 1, 4, 5)); return y; }
+static mn_tensor c_matmul_ashared(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 3, 4), GP(3, -1, 1, 2, 5, 4), false, true); return y; }
+static mn_tensor c_matmul_batched(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(3, -1, 1, 2, 4, 3), GP(3, -1, 1, 2, 4, 5), true, false); return y; }
+static mn_tensor c_add(gc *c) { mn_tensor y; mn_add(c->g, &y, GP(3, -1, 1, 2, 3, 4), GP(2, -1, 1, 3, 1)); return y; }
+static mn_tensor c_sub(gc *c) { mn_tensor y; mn_sub(c->g, &y, GP(1, -1, 1, 4), GP(3, -1, 1, 2, 3, 4)); return y; }
+static mn_tensor c_mul(gc *c) { mn_tensor y; mn_mul(c->g, &y, GP(3, -1, 1, 2, 3, 4), GP(3, -1, 1, 2, 1, 4)); return y; }
+static mn_tensor c_div(gc *c) { mn_tensor y; mn_div(c->g, &y, GP(2, -1, 1, 3, 4), GP(1, 0.5f, 2, 4)); return y; }
+static mn_tensor c_scale(gc *c) { mn_tensor y; mn_scale(c->g, &y, GP(2, -1, 1, 3, 4), -0.7f); return y; }
+static mn_tensor c_neg(gc *c) { mn_tensor y; mn_neg(c->g, &y, GP(2, -1, 1, 3, 4)); return y; }
+#define UNARY(fn, lo, hi) \
+    static mn_tensor c_##fn(gc *c) { mn_tensor y; mn_##fn(c->g, &y, GP(2, lo, hi, 3, 4)); return y; }
+UNARY(exp, -1, 1)
+UNARY(log, 0.5f, 2)
+UNARY(sqrt, 0.5f, 2)
+UNARY(rsqrt, 0.5f, 2)
+UNARY(relu, -1, 1)
+UNARY(sigmoid, -3, 3)
+UNARY(tanh, -2, 2)
+UNARY(gelu, -3, 3)
+UNARY(gelu_tanh, -3, 3)
+UNARY(silu, -3, 3)
+UNARY(softmax, -2, 2)
+UNARY(log_softmax, -2, 2)
+static mn_tensor c_sum(gc *c) { mn_tensor y; mn_sum(c->g, &y, GP(3, -1, 1, 2, 3, 4), 1, false); return y; }
+static mn_tensor c_sum_all(gc *c) { mn_tensor y; mn_sum(c->g, &y, GP(2, -1, 1, 3, 4), MN_ALL_AXES, false); return y; }
+static mn_tensor c_mean(gc *c) { mn_tensor y; mn_mean(c->g, &y, GP(3, -1, 1, 2, 3, 4), -1, true); return y; }
+static mn_tensor c_mean_all(gc *c) { mn_tensor y; mn_mean(c->g, &y, GP(2, -1, 1, 3, 4), MN_ALL_AXES, false); return y; }
+static mn_tensor c_max(gc *c) { mn_tensor y; mn_max(c->g, &y, GP(3, -1, 1, 2, 3, 4), 1, false); return y; }
+static mn_tensor c_max_keep(gc *c) { mn_tensor y; mn_max(c->g, &y, GP(2, -1, 1, 3, 5), -1, true); return y; }
+static mn_tensor c_max_all(gc *c) { mn_tensor y; mn_max(c->g, &y, GP(2, -1, 1, 3, 4), MN_ALL_AXES, false); return y; }
+static mn_tensor c_reshape(gc *c) { mn_tensor y; mn_reshape(c->g, &y, GP(2, -1, 1, 2, 6), 3, S(3, -1, 2)); return y; }
+static mn_tensor c_permute(gc *c) { mn_tensor y; mn_permute(c->g, &y, GP(3, -1, 1, 2, 3, 4), (const int[]){2, 0, 1}); return y; }
+static mn_tensor c_transpose(gc *c) { mn_tensor y; mn_transpose(c->g, &y, GP(2, -1, 1, 3, 4), 0, 1); return y; }
+/* internal ops, built directly */
+static mn_tensor internal(gc *c, op_id op, mn_tensor x, int rank, const int64_t *shape) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.nin = 1;
+    p.in[0] = x;
+    p.rank = rank;
+    memcpy(p.shape, shape, (size_t)rank * sizeof *shape);
+    int32_t y = MN_NONE;
+    graph_add(c->g, &y, &p);
+    return y;
+}
+static mn_tensor c_broadcast(gc *c) { return internal(c, OP_BROADCAST, GP(2, -1, 1, 3, 1), 3, S(2, 3, 4)); }
+static mn_tensor c_reduce_to(gc *c) { return internal(c, OP_REDUCE_TO, GP(3, -1, 1, 2, 3, 4), 2, S(1, 4)); }
+static mn_tensor c_cross_entropy(gc *c) {
+    int64_t b = 4;
+    mn_graph_input(c->g, &c->labels_in, "labels", MN_I32, 1, &b);
+    int32_t l[4] = {0, 3, 4, 1};
+    memcpy(c->labels, l, sizeof l);
+    c->nlabels = 4;
+    mn_tensor y;
+    mn_cross_entropy(c->g, &y, GP(2, -3, 3, 4, 5), c->labels_in);
+    return y;
+}
+static mn_tensor c_cross_entropy_dense(gc *c) { mn_tensor y; mn_cross_entropy_dense(c->g, &y, GP(2, -3, 3, 4, 5), GP(2, 0, 1, 4, 5)); return y; }
+static mn_tensor c_mse(gc *c) { mn_tensor y; mn_mse(c->g, &y, GP(2, -1, 1, 3, 4), GP(2, -1, 1, 3, 4)); return y; }
+static mn_tensor c_conv2d(gc *c) {
+    mn_conv2d_params p = {{2, 2}, {1, 1}, {1, 1}, 2};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 4, 5, 5), GP(4, -1, 1, 6, 2, 3, 3), GP(1, -1, 1, 6), &p);
+    return y;
+}
+static mn_tensor c_conv2d_dil(gc *c) {
+    mn_conv2d_params p = {{1, 2}, {2, 0}, {2, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 1, 3, 6, 7), GP(4, -1, 1, 2, 3, 2, 3), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_maxpool(gc *c) {
+    mn_pool2d_params p = {{2, 2}, {2, 2}, {0, 0}};
+    mn_tensor y;
+    mn_max_pool2d(c->g, &y, GP(4, -1, 1, 2, 3, 6, 6), &p);
+    return y;
+}
+static mn_tensor c_maxpool_overlap(gc *c) {
+    mn_pool2d_params p = {{3, 3}, {2, 2}, {1, 1}};
+    mn_tensor y;
+    mn_max_pool2d(c->g, &y, GP(4, -1, 1, 1, 2, 7, 6), &p);
+    return y;
+}
+/* stop_gradient: y = stop(x) * x, so dL/dx flows through the second factor only */
+static mn_tensor c_stop(gc *c) {
+    mn_tensor x = GP(2, -1, 1, 3, 4), s, y;
+    mn_stop_gradient(c->g, &s, x);
+    mn_mul(c->g, &y, s, x);
+    return y;
+}
+
+typedef struct gcase {
+    op_id op;
+    const char *name;
+    case_fn fn;
+    bool stop; /* analytic grad differs from FD by design: check against half the FD of y=x*x */
+} gcase;
+
+static const gcase cases[] = {
+    {OP_MATMUL, "matmul", c_matmul, 0}, {OP_MATMUL, "matmul_ta", c_matmul_ta, 0},
+    {OP_MATMUL, "matmul_tb", c_matmul_tb, 0}, {OP_MATMUL, "matmul_tab", c_matmul_tab, 0},
+    {OP_MATMUL, "matmul_bshared", c_matmul_bshared, 0}, {OP_MATMUL, "matmul_ashared", c_matmul_ashared, 0},
+    {OP_MATMUL, "matmul_batched", c_matmul_batched, 0},
+    {OP_ADD, "add_bcast", c_add, 0}, {OP_SUB, "sub_bcast", c_sub, 0}, {OP_MUL, "mul_bcast", c_mul, 0},
+    {OP_DIV, "div_bcast", c_div, 0}, {OP_SCALE, "scale", c_scale, 0}, {OP_NEG, "neg", c_neg, 0},
+    {OP_EXP, "exp", c_exp, 0}, {OP_LOG, "log", c_log, 0}, {OP_SQRT, "sqrt", c_sqrt, 0},
+    {OP_RSQRT, "rsqrt", c_rsqrt, 0}, {OP_RELU, "relu", c_relu, 0}, {OP_SIGMOID, "sigmoid", c_sigmoid, 0},
+    {OP_TANH, "tanh", c_tanh, 0}, {OP_GELU, "gelu", c_gelu, 0}, {OP_GELU_TANH, "gelu_tanh", c_gelu_tanh, 0},
+    {OP_SILU, "silu", c_silu, 0}, {OP_STOP_GRAD, "stop_grad", c_stop, 1},
+    {OP_SUM, "sum_axis", c_sum, 0}, {OP_SUM, "sum_all", c_sum_all, 0},
+    {OP_MEAN, "mean_keepdim", c_mean, 0}, {OP_MEAN, "mean_all", c_mean_all, 0},
+    {OP_MAX, "max_axis", c_max, 0}, {OP_MAX, "max_keepdim", c_max_keep, 0}, {OP_MAX, "max_all", c_max_all, 0},
+    {OP_SOFTMAX, "softmax", c_softmax, 0}, {OP_LOG_SOFTMAX, "log_softmax", c_log_softmax, 0},
+    {OP_RESHAPE, "reshape", c_reshape, 0}, {OP_PERMUTE, "permute", c_permute, 0},
+    {OP_PERMUTE, "transpose", c_transpose, 0}, {OP_BROADCAST, "broadcast", c_broadcast, 0},
+    {OP_REDUCE_TO, "reduce_to", c_reduce_to, 0}, {OP_CROSS_ENTROPY, "cross_entropy", c_cross_entropy, 0},
+    {OP_CROSS_ENTROPY_DENSE, "cross_entropy_dense", c_cross_entropy_dense, 0}, {OP_MSE, "mse", c_mse, 0},
+    {OP_CONV2D, "conv2d_groups_stride_bias", c_conv2d, 0}, {OP_CONV2D, "conv2d_dilation", c_conv2d_dil, 0},
+    {OP_MAXPOOL2D, "maxpool2d", c_maxpool, 0}, {OP_MAXPOOL2D, "maxpool2d_overlap_pad", c_maxpool_overlap, 0},
+};
+
+
+/* Builds case k into c->g; *y_out is the op's result, the graph's loss is set. */
+static mn_status build_case(const gcase *k, gc *c, mn_tensor *y_out) {
+    memset(c, 0, sizeof *c);
+    c->labels_in = MN_NONE;
+    mn_status st = mn_graph_create(&c->g);
+    if (st) return st;
+    mn_tensor y = k->fn(c), y2, z, z2, r, loss, prod;
+    *y_out = y;
+    if (y == MN_NONE) return MN_E_INVALID;
+    int rank;
+    int64_t shape[MN_MAX_RANK];
+    mn_tensor_shape(c->g, y, &rank, shape);
+    int64_t ny = 1;
+    for (int i = 0; i < rank; i++) ny *= shape[i];
+    float *rv = malloc((size_t)ny * sizeof *rv);
+    if (!rv) return MN_E_NOMEM;
+    for (int64_t i = 0; i < ny; i++) rv[i] = (float)(((i * 7919 + 13) % 17) / 8.0 - 1.0);
+    st = mn_graph_constant(c->g, &r, rank, shape, rv);
+    free(rv);
+    st = st ? st : mn_scale(c->g, &z, y, 1.7f);
+    st = st ? st : mn_mul(c->g, &y2, y, y);
+    st = st ? st : mn_add(c->g, &z2, z, y2);
+    st = st ? st : mn_mul(c->g, &prod, z2, r);
+    st = st ? st : mn_sum(c->g, &loss, prod, MN_ALL_AXES, false);
+    st = st ? st : mn_graph_loss(c->g, loss);
+    return st;
+}
+
+#endif
