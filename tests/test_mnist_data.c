@@ -255,7 +255,7 @@ static void test_bad_json(const char *cache) {
     /* An output folder that does not exist. */
     path_in(out, sizeof out, NULL, "no/such/dir/x.bin");
     CHECK(mnist_convert(from, out, NULL, err, sizeof err) == MN_E_IO);
-    CHECK_MSG(contains(err, "no/such/dir"), "%s", err);
+    CHECK_MSG(contains(err, "no/such/dir") && contains(err, "folder does not exist"), "%s", err);
 }
 
 /* ---- corrupt cache files -------------------------------------------------- */
@@ -286,13 +286,16 @@ static void test_bad_cache(const char *cache) {
     write_bytes(path, good, len - 1);
     expect_load_error(path, MN_E_FORMAT, "truncated");
     write_bytes(path, good, 10);
-    expect_load_error(path, MN_E_FORMAT, "header");
+    expect_load_error(path, MN_E_FORMAT, "header (truncated)");
     write_bytes(path, good, 0);
-    expect_load_error(path, MN_E_FORMAT, "header");
+    expect_load_error(path, MN_E_FORMAT, "header (truncated)");
     memcpy(b, good, len);
     b[len] = 0;
     write_bytes(path, b, len + 1);
     expect_load_error(path, MN_E_FORMAT, "trailing");
+
+    write_bytes(path, (const uint8_t *)"hi\n", 3); /* short and not ours */
+    expect_load_error(path, MN_E_FORMAT, "not an MNIST cache");
 
     memcpy(b, good, len);
     memcpy(b, "PK\3\4", 4);

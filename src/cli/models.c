@@ -22,8 +22,8 @@ bool cli_model_parse(cli_model *out, const char *name) {
 
 const char *cli_model_summary(cli_model m) {
     if (m == CLI_MODEL_CNN)
-        return "conv 1->8 3x3 pad 1, relu, maxpool 2, conv 8->16 3x3 pad 1, relu, maxpool 2, "
-               "linear 784->10";
+        return "conv3x3 1->" CLI_STR(CLI_CNN_C1) ", relu, maxpool2, conv3x3 " CLI_STR(
+            CLI_CNN_C1) "->" CLI_STR(CLI_CNN_C2) ", relu, maxpool2, linear " CLI_STR(CLI_CNN_FLAT) "->10";
     return "linear 784->128, relu, linear 128->10";
 }
 
@@ -82,18 +82,16 @@ done:
     return st;
 }
 
-/* Channel counts of the CNN's two convolutions (the summary above says them too). */
-#define CNN_C1 8
-#define CNN_C2 16
+_Static_assert(CLI_CNN_FLAT == CLI_CNN_C2 * 7 * 7, "CLI_CNN_FLAT must be C2 * 7 * 7");
 
 static mn_status build_cnn(mn_graph *g, mn_tensor *logits, mn_tensor x, int64_t batch) {
     mn_tensor img, p1, p2, flat;
     mn_status st;
     TRY(mn_reshape(g, &img, x, 4, (const int64_t[]){batch, 1, 28, 28})); /* [B,1,28,28] */
-    TRY(conv_block(g, &p1, img, "conv1", 1, CNN_C1));                      /* [B,C1,14,14] */
-    TRY(conv_block(g, &p2, p1, "conv2", CNN_C1, CNN_C2));                  /* [B,C2,7,7] */
-    TRY(mn_reshape(g, &flat, p2, 2, (const int64_t[]){batch, CNN_C2 * 7 * 7})); /* [B,C2*49] */
-    TRY(linear(g, logits, flat, "fc", CNN_C2 * 7 * 7, 10));                /* [B,10] */
+    TRY(conv_block(g, &p1, img, "conv1", 1, CLI_CNN_C1));                     /* [B,C1,14,14] */
+    TRY(conv_block(g, &p2, p1, "conv2", CLI_CNN_C1, CLI_CNN_C2));             /* [B,C2,7,7] */
+    TRY(mn_reshape(g, &flat, p2, 2, (const int64_t[]){batch, CLI_CNN_FLAT})); /* [B,C2*49] */
+    TRY(linear(g, logits, flat, "fc", CLI_CNN_FLAT, 10));                     /* [B,10] */
 done:
     return st;
 }

@@ -15,13 +15,21 @@
 
 #include "meganeura.h"
 
+/* The CNN: two blocks conv3x3 (pad 1) -> relu -> maxpool 2 with CLI_CNN_C1
+ * and CLI_CNN_C2 channels, then a linear layer from [B, C2*7*7] to 10. */
+#define CLI_CNN_C1 8
+#define CLI_CNN_C2 16
+#define CLI_CNN_FLAT 784 /* CLI_CNN_C2 * 7 * 7 */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
+
 typedef enum cli_model { CLI_MODEL_MLP = 0, CLI_MODEL_CNN = 1 } cli_model;
 
 /* "mlp" / "cnn". */
 const char *cli_model_name(cli_model m);
 /* Parses "mlp" or "cnn"; false for anything else. */
 bool cli_model_parse(cli_model *out, const char *name);
-/* One line describing the architecture, for --help and logs. */
+/* One line describing the architecture, for logs. */
 const char *cli_model_summary(cli_model m);
 
 /* Builds the graph for batch size `batch`. On failure *out is NULL and err

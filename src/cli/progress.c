@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #define BAR_WIDTH 24
+/* Seconds between redraws on a terminal, and between plain lines inside an
+ * epoch (plain lines come at tenths of an epoch, and at its end). */
+#define TTY_MIN_INTERVAL 0.1
+#define PLAIN_MIN_INTERVAL 2.0
 
 double progress_now(void) {
     struct timespec ts;
@@ -34,13 +38,13 @@ void progress_begin(progress *p, FILE *f, int epochs, int64_t steps_per_epoch) {
     p->epochs = epochs;
     p->steps_per_epoch = steps_per_epoch > 0 ? steps_per_epoch : 1;
     p->t0 = progress_now();
+    p->last_draw = p->t0;
 }
 
 void progress_epoch_begin(progress *p, int epoch) {
     p->epoch = epoch;
     p->step = 0;
     p->next_tenth = 1;
-    p->last_draw = 0;
 }
 
 /* Writes the status line (without a line ending) into buf. */
@@ -82,6 +86,7 @@ static void format_line(const progress *p, char *buf, size_t cap, bool bar) {
 
 static void draw(progress *p, bool final) {
     char line[256];
+    p->last_draw = progress_now();
     if (p->tty) {
         format_line(p, line, sizeof line, true);
         /* \r and erase-to-end-of-line redraw the line in place. */
@@ -103,15 +108,13 @@ void progress_step(progress *p, float loss, int correct, int batch) {
     if (p->win_len < PROGRESS_WINDOW) p->win_len++;
     if (p->step >= p->steps_per_epoch) return; /* progress_epoch_end draws the last state */
     if (p->tty) {
-        double now = progress_now();
-        if (now - p->last_draw >= 0.1) {
-            p->last_draw = now;
-            draw(p, false);
-        }
+        if (progress_now() - p->last_draw >= TTY_MIN_INTERVAL) draw(p, false);
     } else if (p->next_tenth < 10 && p->step * 10 >= p->next_tenth * p->steps_per_epoch) {
         while (p->next_tenth < 10 && p->step * 10 >= p->next_tenth * p->steps_per_epoch)
             p->next_tenth++;
-        draw(p, false);
+        /* A tenth of a short epoch is not worth a line of its own. */
+        double now = progress_now();
+        if (now - p->last_draw >= PLAIN_MIN_INTERVAL) draw(p, false);
     }
 }
 

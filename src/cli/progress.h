@@ -3,9 +3,10 @@
  * On a terminal: one line redrawn in place (at most ~10 times a second),
  *   epoch 3/10 [=======>     ] 62% loss 0.2345 acc 93.1% 812 steps/s ETA 0:07
  * finished with a newline at the end of each epoch. Otherwise (a log file, a
- * pipe, CI): plain lines with the same fields, about every 10% of an epoch
- * and at the end of each epoch. Loss and accuracy are averages over the most
- * recent PROGRESS_WINDOW training batches.
+ * pipe, CI): plain lines with the same fields (no bar) at the end of each
+ * epoch, and inside an epoch at its tenths when at least 2 s have passed
+ * since the last line. Loss and accuracy are averages over the most recent
+ * PROGRESS_WINDOW training batches.
  *
  * Does not: write to stdout (stdout carries results), or time anything but
  * the steps it is told about.
@@ -28,7 +29,7 @@ typedef struct progress {
     int64_t step;       /* steps done in this epoch */
     int64_t done;       /* steps done in all epochs */
     double t0;          /* when progress_begin was called */
-    double last_draw;   /* terminal mode: time of the last redraw */
+    double last_draw;   /* time of the last line or redraw */
     int next_tenth;     /* plain mode: next tenth of the epoch to report */
     float win_loss[PROGRESS_WINDOW];
     int win_correct[PROGRESS_WINDOW];

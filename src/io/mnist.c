@@ -88,7 +88,11 @@ static mn_status write_atomic(const char *path, const uint8_t *hdr, size_t hlen,
     memcpy(tmp + plen, ".tmp.XXXXXX", 12);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        mn_fmt(err, cap, "cannot create a temporary file next to %s: %s", path, strerror(errno));
+        int e = errno;
+        if (e == ENOENT)
+            mn_fmt(err, cap, "cannot write %s: its folder does not exist", path);
+        else
+            mn_fmt(err, cap, "cannot create a temporary file next to %s: %s", path, strerror(e));
         free(tmp);
         return MN_E_IO;
     }
@@ -301,17 +305,20 @@ mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap) {
         return MN_E_IO;
     }
     st = MN_E_FORMAT;
-    if (len < MNIST_HEADER_BYTES) {
-        mn_fmt(err, cap,
-               "%s: %zu bytes, shorter than the %d-byte header: delete %s and run `make data`",
-               path, len, MNIST_HEADER_BYTES, path);
-        goto fail;
-    }
-    if (memcmp(buf, MNIST_MAGIC, 4) != 0) {
+    if (memcmp(buf, MNIST_MAGIC, len < 4 ? len : 4) != 0) {
+        unsigned char m[4] = {0};
+        memcpy(m, buf, len < 4 ? len : 4);
         mn_fmt(err, cap,
                "%s is not an MNIST cache file (magic %02x %02x %02x %02x, expected \"%s\"); "
                "pass the file written by `make data`",
-               path, buf[0], buf[1], buf[2], buf[3], MNIST_MAGIC);
+               path, m[0], m[1], m[2], m[3], MNIST_MAGIC);
+        goto fail;
+    }
+    if (len < MNIST_HEADER_BYTES) {
+        mn_fmt(err, cap,
+               "%s: %zu bytes, shorter than the %d-byte header (truncated): delete %s and run "
+               "`make data`",
+               path, len, MNIST_HEADER_BYTES, path);
         goto fail;
     }
     uint32_t version = get_u32(buf + 4), count = get_u32(buf + 8);
