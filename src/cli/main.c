@@ -110,6 +110,7 @@ static void help_main(FILE *f) {
             "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
             "  inspect FILE    list the metadata and tensors of a safetensors file\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
+            "  devices         list the Vulkan devices, their limits and extensions\n"
             "\n"
             "Options:\n"
             "  -h, --help      show this help\n"
@@ -828,6 +829,23 @@ static int cmd_data(int argc, char **argv) {
     return 0;
 }
 
+/* ---- devices ------------------------------------------------------------- */
+
+static int cmd_devices(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            printf("Usage: meganeura devices\n\nLists the Vulkan devices (index, name, type), their limits and\n"
+                   "the extensions the project uses. MEGANEURA_DEVICE=INDEX|NAME picks one for sessions;\n"
+                   "by default a discrete GPU, then an integrated one, then a CPU device (lavapipe).\n");
+            return 0;
+        }
+        return usage_error("devices", "devices: unknown option '%s'", argv[i]);
+    }
+    mn_status st = mn_list_devices(stdout);
+    if (st == MN_E_UNSUPPORTED) return fail("this build has no Vulkan backend (configure with -DMN_VULKAN=ON)");
+    return st ? fail("could not list Vulkan devices") : 0;
+}
+
 /* ---- main ---------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -848,6 +866,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
+    if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
     if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'", cmd);
     return usage_error(NULL, "unknown command '%s'", cmd);
 }
