@@ -284,8 +284,10 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
             for (int k = 0; k < g->nodes[i].nin; k++) reach[g->nodes[i].in[k]] = 1;
 
     adctx c = {g, needs};
-    if (needs[loss]) {
-        if ((st = mn_graph_scalar(g, &grad[loss], 1.0f))) goto done;
+    if (needs[loss]) { /* d loss / d loss = 1, in the loss's own shape ([] or [1], [1,1], ...) */
+        float one = 1.0f;
+        node ln = g->nodes[loss];
+        if ((st = mn_graph_constant(g, &grad[loss], ln.rank, ln.shape, &one))) goto done;
     }
     for (int32_t i = loss; i >= 0; i--) {
         if (grad[i] == MN_NONE || !reach[i]) continue;

@@ -27,6 +27,9 @@ size_t node_bytes(const node *n, size_t real_size) {
     return (size_t)node_numel(n) * es;
 }
 
+/* Most elements a tensor may have (sources and op results alike). */
+#define GRAPH_MAX_NUMEL ((uint64_t)1 << 40)
+
 bool op_is_source(op_id op) {
     return op == OP_INPUT || op == OP_PARAM || op == OP_STATE || op == OP_CONST;
 }
@@ -104,6 +107,15 @@ mn_status graph_add(mn_graph *g, int32_t *out, node *proto) {
                               oi->name, i, proto->in[i]);
     mn_status st = graph_infer(g, proto);
     if (st) return st;
+    /* the result obeys the same element limit as sources, so node_numel and
+     * every size computed from it (memory plan, kernels) cannot overflow */
+    uint64_t total = 1;
+    for (int i = 0; i < proto->rank; i++)
+        if (!mn_mul_u64(&total, total, (uint64_t)proto->shape[i]) || total > GRAPH_MAX_NUMEL) {
+            char sb[96];
+            return graph_fail(g, MN_E_SHAPE, "%s: result shape %s has too many elements (limit 2^40)",
+                              oi->name, shape_str(sb, sizeof sb, proto->rank, proto->shape));
+        }
     st = graph_reserve(g);
     if (st) return st;
     g->nodes[g->n] = *proto;
@@ -141,7 +153,7 @@ static mn_status check_shape(mn_graph *g, const char *what, const char *name, in
         if (shape[i] <= 0)
             return graph_fail(g, MN_E_SHAPE, "%s '%s': dimension %d is %lld (must be >= 1)", what,
                               name, i, (long long)shape[i]);
-        if (!mn_mul_u64(&total, total, (uint64_t)shape[i]) || total > ((uint64_t)1 << 40))
+        if (!mn_mul_u64(&total, total, (uint64_t)shape[i]) || total > GRAPH_MAX_NUMEL)
             return graph_fail(g, MN_E_SHAPE, "%s '%s': too many elements", what, name);
     }
     return MN_OK;
@@ -151,9 +163,12 @@ static mn_status add_source(mn_graph *g, mn_tensor *out, op_id op, const char *w
                             const char *name, mn_dtype dt, int rank, const int64_t *shape,
                             mn_init init) {
     if (!g) return MN_E_INVALID;
-    if (out) *out = MN_NONE;
+    if (!out) return graph_fail(g, MN_E_INVALID, "%s '%s': out is NULL", what, name ? name : "");
+    *out = MN_NONE;
     mn_status st;
-    if (name && (st = check_name(g, what, name))) return st;
+    /* inputs and parameters are found by name (set_input, checkpoints, the
+     * init hash); only constants are anonymous */
+    if ((op != OP_CONST || name) && (st = check_name(g, what, name))) return st;
     if ((st = check_shape(g, what, name ? name : "", rank, shape))) return st;
     if (dt != MN_F32 && dt != MN_I32)
         return graph_fail(g, MN_E_DTYPE, "%s '%s': dtype %s is not supported yet (f32, i32)", what,
@@ -220,6 +235,7 @@ mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t
                             const float *data) {
     mn_init none = {MN_INIT_ZEROS, 0, 0};
     if (!g) return MN_E_INVALID;
+    if (!out) return graph_fail(g, MN_E_INVALID, "constant: out is NULL");
     if (!data) return graph_fail(g, MN_E_INVALID, "constant: data is NULL");
     mn_tensor t;
     mn_status st = add_source(g, &t, OP_CONST, "constant", NULL, MN_F32, rank, shape, none);
@@ -262,7 +278,7 @@ mn_status mn_graph_loss(mn_graph *g, mn_tensor t) {
     node *n = &g->nodes[t];
     if (node_numel(n) != 1 || n->dtype != MN_F32) {
         char sb[64];
-        return graph_fail(g, MN_E_SHAPE, "loss: must be an f32 scalar, got %s %s",
+        return graph_fail(g, node_numel(n) != 1 ? MN_E_SHAPE : MN_E_DTYPE, "loss: must be an f32 scalar, got %s %s",
                           mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape));
     }
     if (g->loss != MN_NONE) g->nodes[g->loss].flags &= ~(uint32_t)NODE_F_LOSS;

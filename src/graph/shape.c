@@ -124,6 +124,9 @@ static mn_status infer_reshape(mn_graph *g, node *n) {
         else if (n->shape[i] <= 0)
             return graph_fail(g, MN_E_SHAPE, "reshape: %s to %s: dimension %d is %lld", SHP(sa, x),
                               SHP(sb, n), i, (long long)n->shape[i]);
+        else if (known > total / n->shape[i]) /* known <= total stays true: no overflow */
+            return graph_fail(g, MN_E_SHAPE, "reshape: %s (%lld elements) to %s (more elements)",
+                              SHP(sa, x), (long long)total, SHP(sb, n));
         else known *= n->shape[i];
     }
     if (infer_at >= 0) {
@@ -177,7 +180,11 @@ static mn_status infer_logits_pair(mn_graph *g, node *n, bool dense) {
     return MN_OK;
 }
 
+/* Output length of a window sweep, 0 if the window does not fit. Callers
+ * have checked k, s, d >= 1 and p >= 0; in and k are at most 2^40 (graph
+ * sources) and s, p, d come from ints, so only d * (k - 1) can overflow. */
 static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+    if (k - 1 > (INT64_MAX - 1) / d) return 0;
     int64_t span = d * (k - 1) + 1;
     if (in + 2 * p < span) return 0;
     return (in + 2 * p - span) / s + 1;

@@ -114,10 +114,12 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     int nstate_file = 0;
     for (int i = 0; i < f.n; i++) {
         const st_tensor *t = &f.tensors[i];
-        bool is_state = strncmp(t->name, "optim.", 6) == 0;
+        /* a name of this model decides by its node (a parameter may itself be
+         * called "optim.something"); otherwise the prefix says optimizer state */
+        int32_t id = graph_find(g, t->name);
+        bool is_state = id != MN_NONE ? g->nodes[id].op == OP_STATE : strncmp(t->name, "optim.", 6) == 0;
         nstate_file += is_state;
         if (is_state && !training) continue;
-        int32_t id = graph_find(g, t->name);
         if (id == MN_NONE || !saved_node(s, &g->nodes[id])) {
             st = load_fail(s, MN_E_NOT_FOUND, path, "tensor '%s' is not a %s of this model%s", t->name,
                            is_state ? "optimizer state tensor" : "parameter",

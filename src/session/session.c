@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "autodiff/autodiff.h"
+#include "io/safetensors.h"
 #include "optim/optim.h"
 #include "passes/passes.h"
 
@@ -161,7 +162,12 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     switch (o->backend) {
     case MN_BACKEND_CPU: s->be = &backend_cpu; break;
     case MN_BACKEND_VULKAN:
-        return fail(s, MN_E_UNSUPPORTED, "session: the vulkan backend is not built into this version; use cpu");
+#ifdef MN_HAVE_VULKAN
+        s->be = &backend_vulkan;
+        break;
+#else
+        return fail(s, MN_E_UNSUPPORTED, "session: this build has no vulkan backend (configure with -DMN_VULKAN=ON); use cpu");
+#endif
     default: return fail(s, MN_E_INVALID, "session: unknown backend %d", (int)o->backend);
     }
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
@@ -179,7 +185,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     }
     /* roots: outputs, loss, every source the user declared, optimizer updates,
      * and (grads_only) parameter gradients */
-    int32_t *roots = malloc((size_t)g->n * sizeof *roots);
+    /* at most: every node as an output/loss, every node again as a source or
+     * update (a source may also be an output), and one gradient per user node */
+    int32_t *roots = malloc(((size_t)g->n * 2 + (size_t)s->nuser) * sizeof *roots);
     uint8_t *live = malloc((size_t)g->n), *fwd = malloc((size_t)g->n);
     int32_t nr = 0, nf = 0;
     if (!roots || !live || !fwd) {
@@ -354,8 +362,9 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
 mn_status mn_session_numel(mn_session *s, const char *name, size_t *out) {
     mn_status st = alive(s);
     if (st) return st;
+    if (!out) return fail(s, MN_E_INVALID, "numel: out is NULL");
     int32_t id = find_named(s, name, OP_COUNT);
-    if (id == MN_NONE || !out) return fail(s, MN_E_NOT_FOUND, "numel: no tensor named '%s'", name ? name : "(null)");
+    if (id == MN_NONE) return fail(s, MN_E_NOT_FOUND, "numel: no tensor named '%s'", name ? name : "(null)");
     *out = (size_t)node_numel(&s->g->nodes[id]);
     return MN_OK;
 }
@@ -392,7 +401,8 @@ mn_status mn_session_set_param(mn_session *s, const char *name, const float *src
 int64_t mn_session_step_count(const mn_session *s) { return s ? s->step : 0; }
 
 float mn_session_lr(const mn_session *s) {
-    if (!s || s->opt.mode != MN_MODE_TRAINING) return 0.0f;
+    /* a dead session may hold the very optimizer settings it was refused for */
+    if (!s || s->dead || s->opt.mode != MN_MODE_TRAINING) return 0.0f;
     return (float)optim_lr(&s->opt.optim, s->step);
 }
 
@@ -424,6 +434,11 @@ mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value)
     if (!key || !*key || !value) return fail(s, MN_E_INVALID, "set_meta: key and value must be non-empty strings");
     if (strncmp(key, "meganeura.", 10) == 0 || strcmp(key, "format") == 0)
         return fail(s, MN_E_INVALID, "set_meta: the key '%s' is reserved", key);
+    /* checked now: the checkpoint header is JSON, and a bad pair kept here
+     * would make every later save fail */
+    if (!st_utf8_valid(key, strlen(key)) || !st_utf8_valid(value, strlen(value)))
+        return fail(s, MN_E_INVALID, "set_meta: the %s is not valid UTF-8",
+                    st_utf8_valid(key, strlen(key)) ? "value" : "key");
     for (int i = 0; i < s->nmeta; i++)
         if (strcmp(s->meta[2 * i], key) == 0) {
             char *v = mn_strdup(value);
@@ -445,3 +460,10 @@ mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value)
     s->nmeta++;
     return MN_OK;
 }
+
+#ifndef MN_HAVE_VULKAN
+mn_status mn_list_devices(FILE *f) {
+    (void)f;
+    return MN_E_UNSUPPORTED;
+}
+#endif
