@@ -221,10 +221,11 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     free(live);
     free(fwd);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
-    program p = {g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64};
+    /* the backend keeps pointers into the program: it lives in the session */
+    s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64};
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
-    if ((st = s->be->create(&s->bk, &p, s->err, sizeof s->err))) return st;
+    if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
     if ((st = init_params(s))) return st;
     dump_env(s);
     return MN_OK;

@@ -30,6 +30,7 @@ struct mn_session {
     int32_t hyper;     /* "__hyper" input or MN_NONE */
     schedule sched;
     memplan plan;
+    program prog; /* what the backend was built from; outlives it */
     const backend_vtable *be;
     void *bk;
     int64_t step;

@@ -82,8 +82,8 @@ static bool cache_read(const char *path, uint64_t key, uint32_t **words, size_t 
 }
 
 static void cache_write(const char *path, uint64_t key, const uint32_t *words, size_t n) {
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%.1100s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) return;
     uint32_t ver = SPV_VERSION, cnt = (uint32_t)n;

@@ -1,0 +1,243 @@
+// matmul.glsl - tiled f32 GEMM: C[z] = A[z] (MM_M x MM_K) @ B[z] (MM_K x MM_N),
+// also the implicit-GEMM core of conv2d and its two backward ops.
+//
+// Tiling: a workgroup computes an MM_BM x MM_BN tile of C with MM_KS groups
+// ("K splits") of LX*LY invocations each (1-D, LOCAL_X = LX*LY*MM_KS);
+// invocation (tx, ty) of a split owns an MM_TM x MM_TN micro-tile made of 4x4
+// blocks spread LY*4 rows / LX*4 columns apart, so that reading a k-row of
+// the shared tiles is a run of consecutive vec4s.
+// The K loop walks MM_BK-deep slices of A and B through two shared-memory
+// buffers, loaded by all invocations: the global loads of slice t+1 go to
+// registers before slice t is multiplied, then to the other buffer; one
+// barrier per slice. Split s multiplies rows [s*BK/KS, (s+1)*BK/KS) of each
+// slice; at the end split 0 adds the other splits' sums (in split order,
+// through shared memory) and writes C. Splits give a small tile grid more
+// invocations when K is long.
+// Shared tiles are k-major (sa[k][m], sb[k][n]) with rows padded by 4 floats
+// so a k-contiguous loader writes without bank conflicts.
+//
+// The generator (vk_gen_linalg.c) bakes every dimension and stride and picks
+// the operand map MM_MAP:
+//   0  matmul: A(m,k) = X0(z*MM_SAZ + m*MM_SAM + k*MM_SAK), likewise B; C is
+//      row-major [batch, M, N]; a shared rank-2 operand has MM_S?Z = 0
+//   1  conv2d forward, z = group: A = im2col(x) [N*OH*OW, Cg*KH*KW],
+//      B = w^T, C -> y [N,O,OH,OW]; bias (MM_BIAS) starts the accumulators
+//   2  conv2d input gradient, z = group: A = the dy patches seen by each input
+//      pixel [N*H*W, Og*KH*KW] (zero where the stride skips it), B = w,
+//      C -> dx [N,C,H,W]
+//   3  conv2d weight gradient, z = group: A = dy [Og, N*OH*OW],
+//      B = im2col(x) [N*OH*OW, Cg*KH*KW], C -> dw [O, Cg, KH, KW]
+// With MM_KS == 1 each output element accumulates over k = 0, 1, .. K-1 in
+// order from 0 (or the bias), which is the CPU reference's order; padding
+// terms add +0. Splits sum interleaved runs of k and round differently.
+//
+// Does not: split K across workgroups (no atomics, no scratch), use
+// cooperative matrices or vector global loads.
+
+#define LX (MM_BN / MM_TN)
+#define LY (MM_BM / MM_TM)
+#define NT (LX * LY)          // invocations per split
+#define NTT (NT * MM_KS)      // invocations of the workgroup
+#define BKS (MM_BK / MM_KS)   // k-rows of a slice per split
+#define RM (MM_TM / 4)
+#define RN (MM_TN / 4)
+#define SAW ((MM_BM + 4) / 4)
+#define SBW ((MM_BN + 4) / 4)
+#define LA ((MM_BM * MM_BK) / NTT)
+#define LB ((MM_BN * MM_BK) / NTT)
+#define KTILES ((MM_K + MM_BK - 1) / MM_BK)
+#define TILES_M ((MM_M + MM_BM - 1) / MM_BM)
+#define TILES_N ((MM_N + MM_BN - 1) / MM_BN)
+
+shared vec4 sa[2][MM_BK][SAW];
+shared vec4 sb[2][MM_BK][SBW];
+#if MM_KS > 1
+shared vec4 sred[(MM_KS - 1) * NT];
+#endif
+
+// ---- operand maps: mm_a/mm_b read an in-range element (0 for padding), ----
+// ---- mm_c gives the output index.                                       ----
+#if MM_MAP == 0
+float mm_a(uint z, uint m, uint k) { return X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK); }
+float mm_b(uint z, uint k, uint n) { return X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN); }
+uint mm_c(uint z, uint m, uint n) { return (z * MM_M + m) * MM_N + n; }
+
+#elif MM_MAP == 1
+// m = (b, oh, ow), k = (ci, kh, kw), n = o within the group z.
+float mm_a(uint z, uint m, uint k) {
+    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+    uint ci = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+    if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+}
+float mm_b(uint z, uint k, uint n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
+uint mm_c(uint z, uint m, uint n) {
+    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+    return (b * CV_O + z * CV_OG + n) * (CV_OH * CV_OW) + p;
+}
+
+#elif MM_MAP == 2
+// m = (b, h, w) of dx, k = (o, kh, kw), n = ci within the group z.
+float mm_a(uint z, uint m, uint k) {
+    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    int th = int(p / CV_W) + CV_PH - int((r / CV_KW) * CV_DH);
+    int tw = int(p % CV_W) + CV_PW - int((r % CV_KW) * CV_DW);
+    if (th < 0 || tw < 0) return 0.0;
+    uint oh = uint(th) / CV_SH, ow = uint(tw) / CV_SW;
+    if (oh * CV_SH != uint(th) || ow * CV_SW != uint(tw) || oh >= CV_OH || ow >= CV_OW) return 0.0;
+    return X0(((b * CV_O + z * CV_OG + o) * CV_OH + oh) * CV_OW + ow);
+}
+float mm_b(uint z, uint k, uint n) {
+    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    return X1(((z * CV_OG + o) * CV_CG + n) * (CV_KH * CV_KW) + r);
+}
+uint mm_c(uint z, uint m, uint n) {
+    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+    return (b * CV_C + z * CV_CG + n) * (CV_H * CV_W) + p;
+}
+
+#elif MM_MAP == 3
+// m = o within the group z, k = (b, oh, ow), n = (ci, kh, kw).
+float mm_a(uint z, uint m, uint k) {
+    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+    return X1((b * CV_O + z * CV_OG + m) * (CV_OH * CV_OW) + p);
+}
+float mm_b(uint z, uint k, uint n) {
+    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+    uint ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
+    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+    if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+}
+uint mm_c(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW) + n; }
+#endif
+
+// ---- staging of one K slice: global -> registers -> shared ----------------
+// Element e of a slice is (mm, kk) with the contiguous index fastest
+// (MM_A_KFAST: k is contiguous in memory for A), so a subgroup reads runs.
+float ra[LA], rb[LB];
+
+void load_slice(uint z, uint m0, uint n0, uint k0) {
+    uint lid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint i = 0; i < LA; i++) {
+        uint e = lid + i * NTT;
+#if MM_A_KFAST
+        uint kk = e % MM_BK, mm = e / MM_BK;
+#else
+        uint mm = e % MM_BM, kk = e / MM_BM;
+#endif
+        uint m = m0 + mm, k = k0 + kk;
+        float v = 0.0;
+        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_a(z, m, k);
+        ra[i] = v;
+    }
+    [[unroll]] for (uint i = 0; i < LB; i++) {
+        uint e = lid + i * NTT;
+#if MM_B_KFAST
+        uint kk = e % MM_BK, nn = e / MM_BK;
+#else
+        uint nn = e % MM_BN, kk = e / MM_BN;
+#endif
+        uint n = n0 + nn, k = k0 + kk;
+        float v = 0.0;
+        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_b(z, k, n);
+        rb[i] = v;
+    }
+}
+
+void store_slice(uint buf) {
+    uint lid = gl_LocalInvocationIndex;
+    [[unroll]] for (uint i = 0; i < LA; i++) {
+        uint e = lid + i * NTT;
+#if MM_A_KFAST
+        uint kk = e % MM_BK, mm = e / MM_BK;
+#else
+        uint mm = e % MM_BM, kk = e / MM_BM;
+#endif
+        sa[buf][kk][mm >> 2][mm & 3u] = ra[i];
+    }
+    [[unroll]] for (uint i = 0; i < LB; i++) {
+        uint e = lid + i * NTT;
+#if MM_B_KFAST
+        uint kk = e % MM_BK, nn = e / MM_BK;
+#else
+        uint nn = e % MM_BN, kk = e / MM_BN;
+#endif
+        sb[buf][kk][nn >> 2][nn & 3u] = rb[i];
+    }
+}
+
+void main() {
+    uint lid = gl_LocalInvocationIndex;
+    uint split = lid / NT, l = lid % NT;
+    uint tx = l % LX, ty = l / LX;
+    // Uniform loops: a grid smaller than the tile count (device group
+    // limits) strides over the remaining tiles.
+    for (uint z = gl_WorkGroupID.z; z < MM_BATCH; z += gl_NumWorkGroups.z)
+    for (uint tm = gl_WorkGroupID.x; tm < TILES_M; tm += gl_NumWorkGroups.x)
+    for (uint tn = gl_WorkGroupID.y; tn < TILES_N; tn += gl_NumWorkGroups.y) {
+        uint m0 = tm * MM_BM, n0 = tn * MM_BN;
+        vec4 acc[MM_TM][RN];
+        [[unroll]] for (uint c = 0; c < RN; c++) {
+            vec4 init = vec4(0.0);
+#if MM_BIAS
+            // conv2d bias X2[o]: the CPU reference starts each sum from it
+            [[unroll]] for (uint j = 0; j < 4; j++) {
+                uint n = n0 + c * LX * 4 + tx * 4 + j;
+                if (split == 0 && n < MM_N) init[j] = X2(z * CV_OG + n);
+            }
+#endif
+            [[unroll]] for (uint i = 0; i < MM_TM; i++) acc[i][c] = init;
+        }
+
+        load_slice(z, m0, n0, 0);
+        store_slice(0);
+        barrier();
+        for (uint t = 0; t < KTILES; t++) {
+            uint buf = t & 1u;
+            if (t + 1 < KTILES) load_slice(z, m0, n0, (t + 1) * MM_BK);
+            [[unroll]] for (uint kr = 0; kr < BKS; kr++) {
+                uint kk = split * BKS + kr;
+                vec4 a[RM], b[RN];
+                [[unroll]] for (uint r = 0; r < RM; r++) a[r] = sa[buf][kk][r * LY + ty];
+                [[unroll]] for (uint c = 0; c < RN; c++) b[c] = sb[buf][kk][c * LX + tx];
+                [[unroll]] for (uint r = 0; r < RM; r++)
+                    [[unroll]] for (uint i = 0; i < 4; i++)
+                        [[unroll]] for (uint c = 0; c < RN; c++)
+                            acc[r * 4 + i][c] = fma(vec4(a[r][i]), b[c], acc[r * 4 + i][c]);
+            }
+            // Buffer buf ^ 1 was last read in slice t-1, which the previous
+            // barrier closed; this barrier publishes the writes to it and
+            // closes the reads of buf before slice t+1 overwrites that.
+            if (t + 1 < KTILES) store_slice(buf ^ 1u);
+            barrier();
+        }
+
+#if MM_KS > 1
+        // Split 0 adds the other splits' micro-tiles, one vec4 per round.
+        [[unroll]] for (uint i = 0; i < MM_TM; i++)
+            [[unroll]] for (uint c = 0; c < RN; c++) {
+                if (split > 0) sred[(split - 1) * NT + l] = acc[i][c];
+                barrier();
+                if (split == 0)
+                    for (uint s = 1; s < MM_KS; s++) acc[i][c] += sred[(s - 1) * NT + l];
+                barrier();
+            }
+#endif
+        [[unroll]] for (uint r = 0; r < RM; r++)
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                uint m = m0 + r * LY * 4 + ty * 4 + i;
+                if (split != 0 || (MM_EVEN_M == 0 && m >= MM_M)) continue;
+                [[unroll]] for (uint c = 0; c < RN; c++)
+                    [[unroll]] for (uint j = 0; j < 4; j++) {
+                        uint n = n0 + c * LX * 4 + tx * 4 + j;
+                        if (MM_EVEN_N == 0 && n >= MM_N) continue;
+                        Y(mm_c(z, m, n)) = acc[r * 4 + i][c][j];
+                    }
+            }
+    }
+}

@@ -1,0 +1,190 @@
+// reduce.glsl - reductions: y[o] = reduce over l < RLEN of x[BASE(o) + ROFF(l)].
+//
+// Serves sum, mean, max, sumsq, reduce_to, mse and max_bwd. Output element o
+// (o < NOUT) owns the input slice {BASE(o) + ROFF(l)}; the generator bakes
+// both offset expressions (shapes are static).
+//
+// Defines from vk_gen_pointwise.c:
+//   RED_OP        RED_SUM | RED_MAX | RED_SUMSQ | RED_MSE | RED_MAXBWD
+//   RED_MEAN      1: divide the sum by RLEN_F (mean, mse)
+//   RED_SERIAL    1: one invocation per output element (short slices)
+//                 0: one workgroup per output element, tree reduction in
+//                    shared memory (LOCAL_X is a power of two)
+//   NOUT, RLEN, RLEN_F, BASE(o), ROFF(l)
+//
+// Sums are double-f32 (hi, lo) pairs built from error-free TwoSum steps, per
+// invocation and through the tree, so they match the CPU's double
+// accumulation to about 2^-44 relative to the terms. Max keeps
+// the CPU's "beats" order: the first NaN wins, else the first maximum, so
+// ties (and -0 / +0) resolve to the lowest index exactly like the CPU loop.
+// max_bwd: (x, y, dy) -> dx[x shape]; dy[o] goes to the first argmax of
+// slice o, every other element of the slice gets 0; each element of dx is
+// written by exactly one invocation.
+//
+// Does not: read y of max_bwd (the argmax is recomputed from x).
+
+#define RED_SUM 0
+#define RED_MAX 1
+#define RED_SUMSQ 2
+#define RED_MSE 3
+#define RED_MAXBWD 4
+
+#define MN_INF uintBitsToFloat(0x7f800000u)
+
+// "v beats best": larger, or the first NaN (which then stays).
+bool mn_beats(float v, float best) { return isnan(best) ? false : (isnan(v) || v > best); }
+
+// Element l of slice o, as summed (squared for sumsq / mse).
+float red_term(uint o, uint l) {
+#if RED_OP == RED_MSE
+    float d = X0(l) - X1(l);
+    return d * d;
+#elif RED_OP == RED_SUMSQ
+    float v = X0(BASE(o) + ROFF(l));
+    return v * v;
+#else
+    return X0(BASE(o) + ROFF(l));
+#endif
+}
+
+// Knuth's TwoSum: a + b == s + e exactly (precise: no reassociation, no fma).
+void two_sum(float a, float b, out float s, out float e) {
+    precise float t = a + b;
+    precise float bp = t - a;
+    precise float ap = t - bp;
+    precise float err = (a - ap) + (b - bp);
+    s = t;
+    e = err;
+}
+
+// (hi, lo) += v
+void dd_add(inout float hi, inout float lo, float v) {
+    float e;
+    two_sum(hi, v, hi, e);
+    precise float l = lo + e;
+    lo = l;
+}
+
+// (hi, lo) += (h2, l2), renormalised so that |lo| <= ulp(hi) / 2.
+void dd_merge(inout float hi, inout float lo, float h2, float l2) {
+    float s, e;
+    two_sum(hi, h2, s, e);
+    precise float l = (lo + l2) + e;
+    precise float h = s + l;
+    precise float r = l - (h - s);
+    bool inf = isinf(s); // an infinite sum stays (its error term is NaN)
+    hi = inf ? s : h;
+    lo = inf ? 0.0 : r;
+}
+
+// The f32 result of a (hi, lo) sum.
+float dd_value(float hi, float lo) { return isinf(hi) ? hi : hi + lo; }
+
+#if RED_OP == RED_MAX || RED_OP == RED_MAXBWD
+#define RED_ARG 1
+#else
+#define RED_ARG 0
+#endif
+
+#if !RED_SERIAL
+shared float sh_v[LOCAL_X];
+#if RED_ARG
+shared uint sh_i[LOCAL_X];
+#else
+shared float sh_lo[LOCAL_X];
+#endif
+#endif
+
+void main() {
+#if RED_SERIAL
+    uint o = GID;
+    if (o >= NOUT) return;
+#if RED_ARG
+    float best = X0(BASE(o) + ROFF(0u));
+    uint arg = 0u;
+    for (uint l = 1u; l < RLEN; l++) {
+        float v = X0(BASE(o) + ROFF(l));
+        if (mn_beats(v, best)) {
+            best = v;
+            arg = l;
+        }
+    }
+#else
+    float hi = 0.0, lo = 0.0;
+    for (uint l = 0u; l < RLEN; l++) dd_add(hi, lo, red_term(o, l));
+#endif
+#else // one workgroup per output element
+    uint o = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (o >= NOUT) return; // uniform over the workgroup
+    uint t = gl_LocalInvocationID.x;
+#if RED_ARG
+    float best = -MN_INF;
+    uint arg = 0xffffffffu; // an empty partial loses every tie
+    for (uint l = t; l < RLEN; l += LOCAL_X) {
+        float v = X0(BASE(o) + ROFF(l));
+        if (arg == 0xffffffffu || mn_beats(v, best)) {
+            best = v;
+            arg = l;
+        }
+    }
+    sh_v[t] = best;
+    sh_i[t] = arg;
+    memoryBarrierShared();
+    barrier();
+    for (uint h = LOCAL_X / 2u; h > 0u; h >>= 1u) {
+        if (t < h) {
+            float w = sh_v[t + h], v = sh_v[t];
+            uint j = sh_i[t + h], i = sh_i[t];
+            // the later partial wins if it beats, or ties with a lower index
+            if (j != 0xffffffffu && (i == 0xffffffffu || mn_beats(w, v) || (!mn_beats(v, w) && j < i))) {
+                sh_v[t] = w;
+                sh_i[t] = j;
+            }
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+    best = sh_v[0];
+    arg = sh_i[0];
+#else
+    float hi = 0.0, lo = 0.0;
+    for (uint l = t; l < RLEN; l += LOCAL_X) dd_add(hi, lo, red_term(o, l));
+    sh_v[t] = hi;
+    sh_lo[t] = lo;
+    memoryBarrierShared();
+    barrier();
+    for (uint h = LOCAL_X / 2u; h > 0u; h >>= 1u) {
+        if (t < h) {
+            float a = sh_v[t], b = sh_lo[t];
+            dd_merge(a, b, sh_v[t + h], sh_lo[t + h]);
+            sh_v[t] = a;
+            sh_lo[t] = b;
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+    hi = sh_v[0];
+    lo = sh_lo[0];
+#endif
+#endif
+
+#if RED_OP == RED_MAXBWD
+    float g = X2(o);
+#if RED_SERIAL
+    for (uint l = 0u; l < RLEN; l++) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
+#else
+    for (uint l = t; l < RLEN; l += LOCAL_X) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
+#endif
+#else
+#if !RED_SERIAL
+    if (t != 0u) return;
+#endif
+#if RED_ARG
+    Y(o) = best;
+#elif RED_MEAN
+    Y(o) = dd_value(hi, lo) / RLEN_F;
+#else
+    Y(o) = dd_value(hi, lo);
+#endif
+#endif
+}

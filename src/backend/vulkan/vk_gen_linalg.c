@@ -1,0 +1,293 @@
+/* vk_gen_linalg.c - Vulkan code generation for the linear-algebra family:
+ * matmul, conv2d (+ input/weight gradients), maxpool2d (+ backward).
+ *
+ * matmul and large convolutions use kernels/matmul.glsl, a tiled GEMM whose
+ * operand maps (MM_MAP) turn a convolution into an implicit GEMM; the tile
+ * shape is picked here from the problem size and the device's shared-memory
+ * limit. Small or thin convolutions (few channels per group, depthwise) use
+ * the direct kernels conv2d*.glsl. Pools use maxpool2d*.glsl, exact.
+ * Every shape, stride and tile size is baked in as a #define.
+ *
+ * Does not: compile or dispatch (vk_compile.c, the runtime), nor generate
+ * any other op (vk_gen_pointwise.c).
+ */
+#include "backend/vulkan/vk_codegen.h"
+
+/* Indices must fit the kernels' 32-bit unsigned arithmetic. */
+#define VK_INDEX_MAX ((int64_t)INT32_MAX)
+
+static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
+
+static int64_t pos1(int64_t v) { return v > 0 ? v : 1; }
+
+static mn_status too_big(const node *n, char *err, size_t cap) {
+    mn_fmt(err, cap, "vulkan codegen: %s: a tensor has more than 2^31 elements", op_table[n->op].name);
+    return MN_E_UNSUPPORTED;
+}
+
+static bool fits_index(const mn_graph *g, const node *n) {
+    if (node_numel(n) > VK_INDEX_MAX) return false;
+    for (int i = 0; i < n->nin; i++)
+        if (node_numel(in_node(g, n, i)) > VK_INDEX_MAX) return false;
+    return true;
+}
+
+/* ---- GEMM tiling ---------------------------------------------------------- */
+
+/* Workgroup tile bm x bn, k slice bk, per-invocation micro-tile tm x tn
+ * (multiples of 4), ks K splits: (bm/tm) * (bn/tn) * ks invocations. */
+typedef struct gemm_cfg {
+    uint32_t bm, bn, bk, tm, tn, ks;
+} gemm_cfg;
+
+/* In order of preference (f32 rate per workgroup measured on an H200 at
+ * 1024..8192^3: 128x64 with 8x8 micro-tiles about 31 TFLOP/s at 4096^3,
+ * 128x128 30.7, 64x64 29.5); smaller tiles only when the grid would
+ * leave the GPU idle. */
+static const gemm_cfg gemm_cfgs[] = {
+    {128, 64, 16, 8, 8, 1}, /* 128 invocations */
+    {64, 128, 16, 8, 8, 1}, /* 128, for M <= 64 */
+    {64, 64, 16, 8, 8, 1},  /* 64 */
+    {64, 64, 16, 4, 4, 1},  /* 256 */
+    {32, 32, 16, 4, 4, 1},  /* 64 */
+};
+
+/* Workgroups that keep a large GPU busy (an H200 has 132 multiprocessors). */
+#define GEMM_TARGET_TILES 128
+/* Splits only for long sums: each split gets at least this many k. */
+#define GEMM_SPLIT_MIN_K 256
+#define GEMM_SPLIT_MAX 8
+
+static uint32_t gemm_invocations(const gemm_cfg *c) { return (c->bm / c->tm) * (c->bn / c->tn) * c->ks; }
+
+static uint32_t gemm_shared_bytes(const gemm_cfg *c) {
+    return 2u * c->bk * (c->bm + 4 + c->bn + 4) * 4u + (c->ks - 1) * (c->bm / c->tm) * (c->bn / c->tn) * 16u;
+}
+
+static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* Fits the device, and every invocation loads whole elements of each slice. */
+static bool gemm_fits(const gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
+    const uint32_t inv = gemm_invocations(c);
+    return gemm_shared_bytes(c) <= smem && inv <= maxinv && (c->bm * c->bk) % inv == 0 &&
+           (c->bn * c->bk) % inv == 0;
+}
+
+/* Picks the tile (and K splits) for an M x N x K product repeated `batch`
+ * times: the first configuration whose grid, times its splits, reaches
+ * GEMM_TARGET_TILES, else the one with the most workgroups. */
+static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch) {
+    uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
+    uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
+    gemm_cfg best = {32, 32, 8, 4, 4, 1}; /* 64 invocations, 4.6 KiB: fits any Vulkan device */
+    uint64_t best_work = 0;
+    for (size_t i = 0; i < MN_ARRAY_LEN(gemm_cfgs); i++) {
+        gemm_cfg c = gemm_cfgs[i];
+        while (!gemm_fits(&c, smem, maxinv) && c.bk > 8) c.bk /= 2;
+        if (!gemm_fits(&c, smem, maxinv)) continue;
+        /* a tile much larger than the matrix only wastes invocations */
+        if (c.bm > 32 && (uint64_t)M * 2 <= c.bm) continue;
+        if (c.bn > 32 && (uint64_t)N * 2 <= c.bn) continue;
+        const uint64_t tiles = cdiv((uint64_t)M, c.bm) * cdiv((uint64_t)N, c.bn) * (uint64_t)batch;
+        for (;;) {
+            gemm_cfg d = c;
+            d.ks *= 2;
+            if (tiles * c.ks >= GEMM_TARGET_TILES || d.ks > GEMM_SPLIT_MAX || c.bk % d.ks ||
+                (uint64_t)K < (uint64_t)GEMM_SPLIT_MIN_K * d.ks || !gemm_fits(&d, smem, maxinv))
+                break;
+            c = d;
+        }
+        if (tiles * c.ks > best_work) best = c, best_work = tiles * c.ks;
+        if (tiles * c.ks >= GEMM_TARGET_TILES) break;
+    }
+    return best;
+}
+
+/* Operand maps of matmul.glsl. */
+enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 };
+
+/* Emits the GEMM defines and the launch: grid (M tiles, N tiles, batch),
+ * each clamped to the device limit (the kernel strides over the rest). */
+static void gemm_emit(vk_kernel *k, const vk_caps *caps, gemm_cfg c, int map, int64_t M, int64_t N, int64_t K,
+                      int64_t batch, bool a_kfast, bool b_kfast) {
+    k->tmpl = "matmul";
+    vk_def(k, "MM_MAP", "%d", map);
+    vk_def(k, "MM_M", "%lld", (long long)M);
+    vk_def(k, "MM_N", "%lld", (long long)N);
+    vk_def(k, "MM_K", "%lld", (long long)K);
+    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def(k, "MM_BM", "%u", c.bm);
+    vk_def(k, "MM_BN", "%u", c.bn);
+    vk_def(k, "MM_BK", "%u", c.bk);
+    vk_def(k, "MM_TM", "%u", c.tm);
+    vk_def(k, "MM_TN", "%u", c.tn);
+    vk_def(k, "MM_KS", "%u", c.ks);
+    vk_def(k, "MM_EVEN_M", "%d", M % c.bm == 0);
+    vk_def(k, "MM_EVEN_N", "%d", N % c.bn == 0);
+    vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0);
+    vk_def(k, "MM_A_KFAST", "%d", a_kfast);
+    vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    uint64_t tiles[3] = {cdiv((uint64_t)M, c.bm), cdiv((uint64_t)N, c.bn), (uint64_t)batch};
+    for (int d = 0; d < 3; d++) {
+        uint64_t lim = caps->max_groups[d] ? caps->max_groups[d] : 65535;
+        k->groups[d] = (uint32_t)(tiles[d] < lim ? (tiles[d] ? tiles[d] : 1) : lim);
+    }
+    k->local[0] = gemm_invocations(&c), k->local[1] = 1, k->local[2] = 1;
+}
+
+/* ---- matmul --------------------------------------------------------------- */
+
+/* a: [M,K] | [B,M,K] ([K,M] | [B,K,M] with ip[0]); b: [K,N] | [B,K,N] ([N,K] |
+ * [B,N,K] with ip[1]); c: [M,N] | [B,M,N]; a rank-2 operand is shared. */
+mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                       size_t cap) {
+    const node *A = in_node(g, n, 0), *B = in_node(g, n, 1);
+    const bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    const int64_t M = A->shape[A->rank - (ta ? 1 : 2)], K = A->shape[A->rank - (ta ? 2 : 1)];
+    const int64_t N = B->shape[B->rank - (tb ? 2 : 1)];
+    const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    /* element (m, k) of op(a) is at m*sam + k*sak; (k, n) of op(b) at k*sbk + n*sbn */
+    const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
+    vk_def(k, "MM_SAZ", "%lldu", (long long)(A->rank == 3 ? M * K : 0));
+    vk_def(k, "MM_SAM", "%lldu", (long long)sam);
+    vk_def(k, "MM_SAK", "%lldu", (long long)sak);
+    vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
+    vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
+    vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
+    gemm_emit(k, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1);
+    return MN_OK;
+}
+
+/* ---- convolution ---------------------------------------------------------- */
+
+typedef struct conv_geo {
+    int64_t N, C, H, W, O, Cg, Og, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, groups;
+} conv_geo;
+
+/* x [N,C,H,W], w [O,Cg,KH,KW], y [N,O,OH,OW]; ip as CONV2D. */
+static conv_geo conv_geo_of(const node *n, const node *x, const node *w, const node *y) {
+    conv_geo c;
+    c.N = x->shape[0], c.C = x->shape[1], c.H = x->shape[2], c.W = x->shape[3];
+    c.O = w->shape[0], c.Cg = w->shape[1], c.KH = w->shape[2], c.KW = w->shape[3];
+    c.OH = y->shape[2], c.OW = y->shape[3];
+    c.sh = pos1(n->ip[0]), c.sw = pos1(n->ip[1]), c.ph = n->ip[2], c.pw = n->ip[3];
+    c.dh = pos1(n->ip[4]), c.dw = pos1(n->ip[5]), c.groups = pos1(n->ip[6]);
+    c.Og = c.O / c.groups;
+    return c;
+}
+
+static void conv_defs(vk_kernel *k, const conv_geo *c) {
+    const struct {
+        const char *name;
+        int64_t v;
+    } d[] = {{"CV_N", c->N},   {"CV_C", c->C},   {"CV_H", c->H},   {"CV_W", c->W},   {"CV_O", c->O},
+             {"CV_CG", c->Cg}, {"CV_OG", c->Og}, {"CV_KH", c->KH}, {"CV_KW", c->KW}, {"CV_OH", c->OH},
+             {"CV_OW", c->OW}, {"CV_SH", c->sh}, {"CV_SW", c->sw}, {"CV_PH", c->ph}, {"CV_PW", c->pw},
+             {"CV_DH", c->dh}, {"CV_DW", c->dw}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+}
+
+/* The implicit GEMM pays when both output dimensions of the per-group
+ * product fill a tile reasonably and there is enough work; otherwise the
+ * direct kernels do better (depthwise: one channel per group). */
+static bool conv_use_gemm(int64_t M, int64_t N, int64_t K) {
+    return M >= 32 && N >= 16 && K >= 8 && M * N * K >= (int64_t)1 << 18;
+}
+
+mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                       size_t cap) {
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
+    conv_defs(k, &c);
+    const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
+    if (conv_use_gemm(M, N, K)) {
+        vk_def(k, "MM_BIAS", "%d", n->nin > 2);
+        /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
+        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false, true);
+        return MN_OK;
+    }
+    k->tmpl = "conv2d";
+    vk_def(k, "CV_BIAS", "%d", n->nin > 2);
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
+    return MN_OK;
+}
+
+/* (dy [N,O,OH,OW], w) -> dx [N,C,H,W] = node shape. */
+mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                 char *err, size_t cap) {
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
+    conv_defs(k, &c);
+    const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
+    if (conv_use_gemm(M, N, K)) {
+        /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
+         * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
+        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups, false, c.KH * c.KW > 1);
+        return MN_OK;
+    }
+    k->tmpl = "conv2d_bwd_input";
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
+    return MN_OK;
+}
+
+/* (x, dy [N,O,OH,OW]) -> dw [O,Cg,KH,KW] = node shape. */
+mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                  char *err, size_t cap) {
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
+    conv_defs(k, &c);
+    const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
+    if (conv_use_gemm(M, N, K)) {
+        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true, true);
+        return MN_OK;
+    }
+    /* Direct: one workgroup per dw element; a tree over 64 invocations when
+     * the sum is long, else one invocation in the CPU reference's order. */
+    k->tmpl = "conv2d_bwd_weight";
+    const uint32_t local = K >= 256 ? 64 : 1;
+    uint64_t elems = (uint64_t)node_numel(n), lim = caps->max_groups[0] ? caps->max_groups[0] : 65535;
+    uint64_t gx = elems < lim ? elems : lim, gy = cdiv(elems, gx);
+    uint64_t limy = caps->max_groups[1] ? caps->max_groups[1] : 65535;
+    if (gy > limy) gy = limy;
+    k->local[0] = local;
+    k->groups[0] = (uint32_t)gx, k->groups[1] = (uint32_t)gy;
+    return MN_OK;
+}
+
+/* ---- max pooling ---------------------------------------------------------- */
+
+/* x [N,C,H,W]; ip[0..1] kernel, ip[2..3] stride (0: the kernel), ip[4..5] pad. */
+static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, int64_t OW) {
+    const int64_t kh = n->ip[0], kw = n->ip[1];
+    vk_def(k, "MP_H", "%lld", (long long)x->shape[2]);
+    vk_def(k, "MP_W", "%lld", (long long)x->shape[3]);
+    vk_def(k, "MP_OH", "%lld", (long long)OH);
+    vk_def(k, "MP_OW", "%lld", (long long)OW);
+    vk_def(k, "MP_KH", "%lld", (long long)kh);
+    vk_def(k, "MP_KW", "%lld", (long long)kw);
+    vk_def(k, "MP_SH", "%lld", (long long)(n->ip[2] > 0 ? n->ip[2] : kh));
+    vk_def(k, "MP_SW", "%lld", (long long)(n->ip[3] > 0 ? n->ip[3] : kw));
+    vk_def(k, "MP_PH", "%lld", (long long)n->ip[4]);
+    vk_def(k, "MP_PW", "%lld", (long long)n->ip[5]);
+}
+
+mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    pool_defs(k, n, in_node(g, n, 0), n->shape[2], n->shape[3]);
+    k->tmpl = "maxpool2d";
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
+    return MN_OK;
+}
+
+/* (x, dy [N,C,OH,OW]) -> dx [N,C,H,W]. */
+mn_status vkgen_maxpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                              char *err, size_t cap) {
+    if (!fits_index(g, n)) return too_big(n, err, cap);
+    const node *dy = in_node(g, n, 1);
+    pool_defs(k, n, in_node(g, n, 0), dy->shape[2], dy->shape[3]);
+    k->tmpl = "maxpool2d_bwd";
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
+    return MN_OK;
+}

@@ -1,0 +1,515 @@
+/* vk_gen_pointwise.c - Vulkan generators for every op but the linear-algebra
+ * family: sources and views, pointwise ops, layout moves, reductions,
+ * softmax and losses, optimizer updates.
+ *
+ * Templates (kernels/):
+ *   eltwise  pointwise unary/binary/unary_bwd and the gathers stop_grad,
+ *            broadcast, permute: per-input offset expressions with the
+ *            broadcast / permuted strides baked in
+ *   reduce   sum, mean, max, sumsq, reduce_to, mse, max_bwd
+ *   softmax  softmax, log_softmax, their backward ops, cross_entropy(_dense)
+ *            and their backward ops
+ *   optim    sgd_update, adam_update, clip_coef
+ * input, param, state, const and reshape (a view sharing its input's
+ * storage) dispatch nothing: k->tmpl = NULL.
+ *
+ * Shapes, strides and float parameters become #defines (they are static);
+ * tensor offsets come from push constants (vk_codegen.h). Index arithmetic is
+ * 32-bit, so tensors are limited to 2^31 elements (an MN_E_UNSUPPORTED error).
+ *
+ * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), compile or
+ * run anything.
+ */
+#include <math.h>
+
+#include "backend/vulkan/vk_codegen.h"
+
+#define VK_MAX_NUMEL ((int64_t)1 << 31)
+#define VK_EXPR_CAP 512
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
+
+static mn_status fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
+    mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
+    return st;
+}
+
+/* Every tensor of the node must be indexable with 32-bit unsigned math. */
+static mn_status check_size(const mn_graph *g, const node *n, char *err, size_t cap) {
+    bool big = node_numel(n) > VK_MAX_NUMEL;
+    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > VK_MAX_NUMEL;
+    return big ? fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more than 2^31 elements (32-bit indexing)")
+               : MN_OK;
+}
+
+/* Power-of-two workgroup size: the smallest >= want, at most 256 and within
+ * the device's invocation and shared-memory limits (reductions keep 8 bytes
+ * per invocation in shared memory). */
+static uint32_t pick_local(const vk_caps *caps, uint64_t want) {
+    uint64_t lim = caps->max_invocations ? caps->max_invocations : 256;
+    if (lim > 256) lim = 256;
+    if (caps->max_shared_bytes && lim > caps->max_shared_bytes / 8) lim = caps->max_shared_bytes / 8;
+    uint32_t l = 1;
+    while (l < want && (uint64_t)l * 2 <= lim) l *= 2;
+    return l;
+}
+
+/* Smallest useful reduction group: a subgroup (or 32). */
+static uint64_t min_group(const vk_caps *caps) { return caps->subgroup_size ? caps->subgroup_size : 32; }
+
+/* A GLSL float literal that reads back as exactly v (non-finite values as bits). */
+typedef struct flit {
+    char s[48];
+} flit;
+static flit flit_of(float v) {
+    flit r;
+    if (!isfinite(v)) {
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        snprintf(r.s, sizeof r.s, "uintBitsToFloat(0x%08xu)", (unsigned)u);
+        return r;
+    }
+    char t[40];
+    snprintf(t, sizeof t, "%.9g", (double)v);
+    bool has_point = strpbrk(t, ".e") != NULL;
+    snprintf(r.s, sizeof r.s, v < 0 ? "(%s%s)" : "%s%s", t, has_point ? "" : ".0");
+    return r;
+}
+
+/* Right-aligns shape into 4 dims, leading dims 1. */
+static void pad4(int64_t out[4], int rank, const int64_t *shape) {
+    for (int d = 0; d < 4; d++) out[d] = 1;
+    for (int i = 0; i < rank; i++) out[4 - rank + i] = shape[i];
+}
+
+/* Strides with which an input of (rank, shape) is read over the output's
+ * padded 4-d index space: 0 on its size-1 (broadcast) dims (numpy rules). */
+static void bcast_strides(int64_t st[4], int rank, const int64_t *shape) {
+    int64_t s4[4], acc = 1;
+    pad4(s4, rank, shape);
+    for (int d = 3; d >= 0; d--) {
+        st[d] = s4[d] == 1 ? 0 : acc;
+        acc *= s4[d];
+    }
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t cap, len;
+    bool over;
+} sbuf;
+static void sb_add(sbuf *b, const char *fmt, ...) MN_PRINTF(2, 3);
+static void sb_add(sbuf *b, const char *fmt, ...) {
+    if (b->over) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (r < 0 || (size_t)r >= b->cap - b->len) b->over = true;
+    else b->len += (size_t)r;
+}
+
+/* Writes into buf the GLSL offset sum_d coord_d(var) * st[d], coord_d being
+ * coordinate d of the row-major flat index `var` over dims dim[0..3]. Dims of
+ * size 1 and stride 0 drop out; contiguous strides give just (var). Returns
+ * false if buf is too small. All terms stay below 2^31 (check_size). */
+static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t dim[4], const int64_t st[4]) {
+    int64_t cs[4], acc = 1;
+    for (int d = 3; d >= 0; d--) {
+        cs[d] = acc;
+        acc *= dim[d];
+    }
+    bool flat = true;
+    int outer = -1;
+    for (int d = 0; d < 4; d++) {
+        if (dim[d] == 1) continue;
+        if (outer < 0) outer = d;
+        if (st[d] != cs[d]) flat = false;
+    }
+    sbuf b = {buf, cap, 0, false};
+    if (flat) {
+        sb_add(&b, "(%s)", var);
+        return !b.over;
+    }
+    int terms = 0;
+    sb_add(&b, "(");
+    for (int d = 0; d < 4; d++) {
+        if (dim[d] == 1 || st[d] == 0) continue;
+        sb_add(&b, "%s", terms++ ? " + " : "");
+        char coord[96];
+        if (cs[d] == 1) snprintf(coord, sizeof coord, "%s", var);
+        else snprintf(coord, sizeof coord, "(%s / %lluu)", var, (unsigned long long)cs[d]);
+        if (d == outer) sb_add(&b, "%s", coord);
+        else sb_add(&b, "(%s %% %lluu)", coord, (unsigned long long)dim[d]);
+        if (st[d] != 1) sb_add(&b, " * %lluu", (unsigned long long)st[d]);
+    }
+    sb_add(&b, terms ? ")" : "0u)");
+    return !b.over;
+}
+
+/* Defines NAME(var) as the offset expression. */
+static mn_status def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const char *var,
+                            const int64_t dim[4], const int64_t st[4], char *err, size_t cap) {
+    char e[VK_EXPR_CAP];
+    if (!offset_expr(e, sizeof e, var, dim, st)) return fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
+    vk_line(k, "#define %s(%s) %s", name, var, e);
+    return MN_OK;
+}
+
+/* ---- sources and views --------------------------------------------------- */
+
+/* Nothing to dispatch: the runtime uploads sources; reshape shares its input's
+ * storage (memplan). */
+static mn_status gen_none(vk_kernel *k) {
+    k->tmpl = NULL;
+    return MN_OK;
+}
+
+mn_status vkgen_input(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    return gen_none(k);
+}
+mn_status vkgen_param(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    return gen_none(k);
+}
+mn_status vkgen_state(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    return gen_none(k);
+}
+mn_status vkgen_const(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    return gen_none(k);
+}
+mn_status vkgen_reshape(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    return gen_none(k);
+}
+
+/* ---- eltwise.glsl -------------------------------------------------------- */
+
+/* y[i] = expr(a, b, c) where input j is read at offset sum_d coord_d(i) *
+ * st[j][d] over the output's padded dims. */
+static mn_status gen_gather(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int nin,
+                            const int64_t st[][4], const char *expr, char *err, size_t cap) {
+    mn_status s = check_size(g, n, err, cap);
+    if (s) return s;
+    int64_t dim[4];
+    pad4(dim, n->rank, n->shape);
+    k->tmpl = "eltwise";
+    vk_def(k, "NIN", "%d", nin);
+    for (int j = 0; j < nin; j++) {
+        char name[16];
+        snprintf(name, sizeof name, "IX%d", j);
+        if ((s = def_offset(k, g, n, name, "i", dim, st[j], err, cap))) return s;
+    }
+    vk_line(k, "#define EXPR(a, b, c) (%s)", expr);
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
+    return MN_OK;
+}
+
+/* All inputs broadcast (numpy rules) to the node's shape. */
+static mn_status gen_bcast(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *expr,
+                           char *err, size_t cap) {
+    int64_t st[3][4];
+    MN_ASSERT(n->nin >= 1 && n->nin <= 3);
+    for (int j = 0; j < n->nin; j++) {
+        const node *x = in_node(g, n, j);
+        bcast_strides(st[j], x->rank, x->shape);
+    }
+    return gen_gather(k, g, n, caps, n->nin, (const int64_t(*)[4])st, expr, err, cap);
+}
+
+#define VK_ELTWISE(nm, expr)                                                                                   \
+    mn_status vkgen_##nm(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,      \
+                         size_t cap) {                                                                         \
+        return gen_bcast(k, g, n, caps, expr, err, cap);                                                       \
+    }
+
+VK_ELTWISE(add, "a + b")
+VK_ELTWISE(sub, "a - b")
+VK_ELTWISE(mul, "a * b")
+VK_ELTWISE(div, "a / b")
+VK_ELTWISE(neg, "-a")
+VK_ELTWISE(exp, "exp(a)")
+VK_ELTWISE(log, "mn_log(a)")
+VK_ELTWISE(sqrt, "mn_sqrt(a)")
+VK_ELTWISE(rsqrt, "1.0 / mn_sqrt(a)")
+VK_ELTWISE(relu, "mn_relu(a)")
+VK_ELTWISE(sigmoid, "mn_sigmoid(a)")
+VK_ELTWISE(tanh, "mn_tanh(a)")
+VK_ELTWISE(gelu, "mn_gelu(a)")
+VK_ELTWISE(gelu_tanh, "mn_gelu_tanh(a)")
+VK_ELTWISE(silu, "a * mn_sigmoid(a)")
+VK_ELTWISE(stop_grad, "a")
+VK_ELTWISE(broadcast, "a")
+#undef VK_ELTWISE
+
+mn_status vkgen_scale(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    char expr[96];
+    snprintf(expr, sizeof expr, "a * %s", flit_of((float)n->fp[0]).s);
+    return gen_bcast(k, g, n, caps, expr, err, cap);
+}
+
+/* (x, y, dy) -> dy * f'(x) with a = x, b = y, c = dy. */
+mn_status vkgen_unary_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    const char *expr;
+    switch ((op_id)n->ip[0]) {
+    case OP_EXP: expr = "c * b"; break;
+    case OP_LOG: expr = "c * (1.0 / a)"; break;
+    case OP_SQRT: expr = "c * (0.5 / b)"; break;
+    case OP_RSQRT: expr = "c * (-0.5 * b * b * b)"; break;
+    case OP_RELU: expr = "(!isnan(a) && a > 0.0) ? c : 0.0"; break;
+    case OP_SIGMOID: expr = "c * (b * (1.0 - b))"; break;
+    case OP_TANH: expr = "c * (1.0 - b * b)"; break;
+    case OP_GELU: expr = "c * mn_dgelu(a)"; break;
+    case OP_GELU_TANH: expr = "c * mn_dgelu_tanh(a)"; break;
+    case OP_SILU: expr = "c * mn_dsilu(a)"; break;
+    default: {
+        char what[96];
+        snprintf(what, sizeof what, "ip[0] = %lld is not a differentiable unary op", (long long)n->ip[0]);
+        return fail(g, n, MN_E_INVALID, err, cap, what);
+    }
+    }
+    return gen_bcast(k, g, n, caps, expr, err, cap);
+}
+
+/* out.shape[i] = x.shape[perm[i]]: output dim i reads x with x's stride of
+ * axis perm[i]. Works for i32 tensors too (a 32-bit copy). */
+mn_status vkgen_permute(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                        size_t cap) {
+    const node *x = in_node(g, n, 0);
+    int64_t xs[MN_MAX_RANK], acc = 1, st[1][4] = {{0, 0, 0, 0}};
+    for (int i = x->rank - 1; i >= 0; i--) {
+        xs[i] = acc;
+        acc *= x->shape[i];
+    }
+    for (int i = 0; i < n->rank; i++) {
+        if (n->ip[i] < 0 || n->ip[i] >= x->rank) return fail(g, n, MN_E_INVALID, err, cap, "bad permutation");
+        st[0][4 - n->rank + i] = xs[n->ip[i]];
+    }
+    return gen_gather(k, g, n, caps, 1, (const int64_t(*)[4])st, "a", err, cap);
+}
+
+/* ---- reduce.glsl --------------------------------------------------------- */
+
+/* A reduction: output element o < nout reads x at BASE(o) + ROFF(l), l < len;
+ * BASE walks odim with strides ost, ROFF walks rdim with strides rst. */
+typedef struct red_geom {
+    int64_t odim[4], ost[4], rdim[4], rst[4];
+    int64_t nout, len;
+} red_geom;
+
+/* x viewed as [outer, len, inner] around axis (MN_ALL_AXES: [1, numel, 1]). */
+static red_geom red_axis(const node *x, int64_t axis) {
+    int64_t outer = 1, len = 1, inner = 1;
+    if (axis == MN_ALL_AXES || axis < 0 || axis >= x->rank) {
+        len = node_numel(x);
+    } else {
+        for (int i = 0; i < x->rank; i++) {
+            if (i < axis) outer *= x->shape[i];
+            else if (i == axis) len = x->shape[i];
+            else inner *= x->shape[i];
+        }
+    }
+    red_geom r = {{1, 1, outer, inner}, {0, 0, len * inner, 1}, {1, 1, 1, len}, {0, 0, 0, inner}, outer * inner, len};
+    return r;
+}
+
+static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
+                            bool mean, const red_geom *r, char *err, size_t cap) {
+    mn_status s = check_size(g, n, err, cap);
+    if (s) return s;
+    /* short slices: one invocation per output; also when there are many
+     * outputs, each invocation then reads neighbouring columns (coalesced) */
+    const bool serial = r->len <= 32 || (r->nout >= 8192 && r->len <= 4096);
+    k->tmpl = "reduce";
+    vk_def(k, "RED_OP", "%s", op);
+    vk_def(k, "RED_MEAN", "%d", mean ? 1 : 0);
+    vk_def(k, "RED_SERIAL", "%d", serial ? 1 : 0);
+    vk_def(k, "NOUT", "%lluu", (unsigned long long)r->nout);
+    vk_def(k, "RLEN", "%lluu", (unsigned long long)r->len);
+    vk_def(k, "RLEN_F", "%s", flit_of((float)r->len).s);
+    if ((s = def_offset(k, g, n, "BASE", "o", r->odim, r->ost, err, cap)) ||
+        (s = def_offset(k, g, n, "ROFF", "l", r->rdim, r->rst, err, cap)))
+        return s;
+    if (serial) {
+        vk_launch_1d(k, caps, (uint64_t)r->nout, pick_local(caps, 256));
+    } else {
+        uint64_t want = (uint64_t)r->len > min_group(caps) ? (uint64_t)r->len : min_group(caps);
+        uint32_t local = pick_local(caps, want);
+        vk_launch_1d(k, caps, (uint64_t)r->nout * local, local); /* one workgroup per output */
+    }
+    return MN_OK;
+}
+
+mn_status vkgen_sum(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    return gen_reduce(k, g, n, caps, "RED_SUM", false, &r, err, cap);
+}
+mn_status vkgen_mean(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    return gen_reduce(k, g, n, caps, "RED_SUM", true, &r, err, cap);
+}
+mn_status vkgen_max(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    return gen_reduce(k, g, n, caps, "RED_MAX", false, &r, err, cap);
+}
+/* (x, y, dy) -> dx: dy to the first argmax of each slice of x. */
+mn_status vkgen_max_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                        size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    return gen_reduce(k, g, n, caps, "RED_MAXBWD", false, &r, err, cap);
+}
+mn_status vkgen_sumsq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), MN_ALL_AXES);
+    return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
+}
+/* mean((a - b)^2) over all elements (a and b have the same count). */
+mn_status vkgen_mse(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    red_geom r = red_axis(in_node(g, n, 0), MN_ALL_AXES);
+    return gen_reduce(k, g, n, caps, "RED_MSE", true, &r, err, cap);
+}
+
+/* Sums x down to the node's shape over the dims the node has as 1 (or lacks)
+ * and x does not, right-aligned like broadcasting. */
+mn_status vkgen_reduce_to(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    const node *x = in_node(g, n, 0);
+    int64_t xd[4], od[4], xs[4], acc = 1;
+    pad4(xd, x->rank, x->shape);
+    pad4(od, n->rank, n->shape);
+    red_geom r;
+    r.nout = r.len = 1;
+    for (int d = 3; d >= 0; d--) {
+        xs[d] = xd[d] == 1 ? 0 : acc; /* a size-1 x dim is read at index 0 */
+        acc *= xd[d];
+        r.odim[d] = od[d];
+        r.ost[d] = od[d] == 1 ? 0 : xs[d];
+        r.rdim[d] = od[d] == 1 ? xd[d] : 1;
+        r.rst[d] = od[d] == 1 ? xs[d] : 0;
+        r.nout *= r.odim[d];
+        r.len *= r.rdim[d];
+    }
+    return gen_reduce(k, g, n, caps, "RED_SUM", false, &r, err, cap);
+}
+
+/* ---- softmax.glsl -------------------------------------------------------- */
+
+/* Rows of in0 = [rows, C] (C = last dim); loss: one workgroup, scalar out. */
+static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
+                          bool loss, char *err, size_t cap) {
+    mn_status s = check_size(g, n, err, cap);
+    if (s) return s;
+    const node *x = in_node(g, n, 0);
+    const int64_t C = x->rank ? x->shape[x->rank - 1] : 1, rows = C ? node_numel(x) / C : 0;
+    const bool coop = C > 32;
+    k->tmpl = "softmax";
+    vk_def(k, "SM_OP", "%s", op);
+    vk_def(k, "ROWS", "%lluu", (unsigned long long)rows);
+    vk_def(k, "NC", "%lluu", (unsigned long long)C);
+    vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
+    vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
+    vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && n->ip[0] == 1 ? 1 : 0);
+    if (loss) {
+        uint64_t want = (uint64_t)(coop ? C : rows);
+        uint32_t local = pick_local(caps, want > min_group(caps) ? want : min_group(caps));
+        k->local[0] = local;
+        k->groups[0] = k->groups[1] = k->groups[2] = 1;
+        vk_def(k, "NTHREADS", "%uu", local);
+    } else if (coop) {
+        uint32_t local = pick_local(caps, (uint64_t)C);
+        vk_launch_1d(k, caps, (uint64_t)rows * local, local); /* one workgroup per row */
+    } else {
+        vk_launch_1d(k, caps, (uint64_t)rows, pick_local(caps, 64)); /* one invocation per row */
+    }
+    return MN_OK;
+}
+
+mn_status vkgen_softmax(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                        size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_SOFTMAX", false, err, cap);
+}
+mn_status vkgen_log_softmax(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                            size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_LOG_SOFTMAX", false, err, cap);
+}
+mn_status vkgen_softmax_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                            size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_SOFTMAX_BWD", false, err, cap);
+}
+mn_status vkgen_log_softmax_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                                size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_LOG_SOFTMAX_BWD", false, err, cap);
+}
+mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                                  size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_CE_BWD", false, err, cap);
+}
+mn_status vkgen_cross_entropy_dense_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                        char *err, size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_CE_DENSE_BWD", false, err, cap);
+}
+mn_status vkgen_cross_entropy(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                              size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_CE", true, err, cap);
+}
+mn_status vkgen_cross_entropy_dense(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                    char *err, size_t cap) {
+    return gen_rows(k, g, n, caps, "SM_CE_DENSE", true, err, cap);
+}
+
+/* ---- optim.glsl ---------------------------------------------------------- */
+
+/* The float parameters the CPU kernel rounds to f32, as literals. */
+static void def_f32(vk_kernel *k, const char *name, float v) { vk_def(k, name, "%s", flit_of(v).s); }
+
+static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool adam,
+                            char *err, size_t cap) {
+    mn_status s = check_size(g, n, err, cap);
+    if (s) return s;
+    const int hyper = adam ? 4 : 3; /* input index of hyper; clip follows it */
+    if (n->nin < hyper + 1) return fail(g, n, MN_E_INVALID, err, cap, "missing hyper input");
+    k->tmpl = "optim";
+    vk_def(k, "OPT_OP", "%s", adam ? "OPT_ADAM" : "OPT_SGD");
+    vk_def(k, "HYPER(j)", "X%d(j)", hyper);
+    if (n->nin > hyper + 1) vk_def(k, "CLIP", "X%d(0)", hyper + 1);
+    else vk_def(k, "CLIP", "1.0");
+    const float wd = (float)n->fp[4];
+    def_f32(k, "LR_MULT", (float)n->fp[0]);
+    def_f32(k, "WD", wd);
+    vk_def(k, "HAS_WD", "%d", wd != 0.0f);
+    if (adam) {
+        const float b1 = (float)n->fp[1], b2 = (float)n->fp[2];
+        const float omb1 = 1.0f - b1, omb2 = 1.0f - b2; /* f32 like the CPU's (real)1 - b1 */
+        def_f32(k, "B1", b1);
+        def_f32(k, "B2", b2);
+        def_f32(k, "ONE_M_B1", omb1);
+        def_f32(k, "ONE_M_B2", omb2);
+        def_f32(k, "EPS", (float)n->fp[3]);
+        vk_def(k, "DECOUPLED", "%d", n->ip[0] != 0);
+    } else {
+        const float mom = (float)n->fp[1];
+        def_f32(k, "MOM", mom);
+        vk_def(k, "HAS_MOM", "%d", mom != 0.0f);
+        vk_def(k, "NESTEROV", "%d", n->ip[0] != 0);
+    }
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
+    return MN_OK;
+}
+
+mn_status vkgen_sgd_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                           size_t cap) {
+    return gen_update(k, g, n, caps, false, err, cap);
+}
+mn_status vkgen_adam_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                            size_t cap) {
+    return gen_update(k, g, n, caps, true, err, cap);
+}
+
+mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    k->tmpl = "optim";
+    vk_def(k, "OPT_OP", "OPT_CLIP_COEF");
+    def_f32(k, "MAX_NORM", (float)n->fp[0]);
+    vk_launch_1d(k, caps, 1, 1);
+    return MN_OK;
+}

@@ -1,0 +1,491 @@
+/* test_vk_codegen.c - the Vulkan generators of vk_gen_pointwise.c produce
+ * GLSL that compiles (libshaderc, Vulkan 1.1) and whose SPIR-V passes
+ * spirv-val, for every op they own.
+ *
+ * Graphs cover broadcasting both ways, keepdim and all-axes reductions, the
+ * serial and workgroup reduction paths, rows handled by one invocation or a
+ * workgroup, odd sizes (1, 7, 1000003 elements), ranks 0..4, int32 permutes
+ * and every optimizer variant. Everything is generated twice: with ordinary
+ * device limits and with tiny ones (64 invocations, 64 groups per
+ * dimension), which folds large launches into a 2-D grid. A few generated
+ * defines are checked literally (broadcast strides, permutation strides).
+ *
+ * Does not: execute kernels (test_vulkan_ops compares them with the CPU).
+ */
+#include <shaderc/shaderc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/vulkan/vk_codegen.h"
+#include "graph/graph.h"
+#include "harness.h"
+#include "memplan/memplan.h"
+
+/* ---- ops owned by vk_gen_pointwise.c ------------------------------------- */
+
+static bool owned(op_id op) {
+    switch (op) {
+    case OP_MATMUL: case OP_CONV2D: case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT:
+    case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD:
+        return false;
+    default:
+        return true;
+    }
+}
+
+static bool dispatches(op_id op) { return !op_is_source(op) && op != OP_RESHAPE; }
+
+static int g_covered[OP_COUNT];
+static shaderc_compiler_t g_cc;
+static shaderc_compile_options_t g_opts;
+static int g_kernels, g_grid2d;
+
+/* ---- compile + validate -------------------------------------------------- */
+
+static void print_numbered(const char *src) {
+    int line = 1;
+    fprintf(stderr, "%4d  ", line);
+    for (const char *p = src; *p; p++) {
+        fputc(*p, stderr);
+        if (*p == '\n' && p[1]) fprintf(stderr, "%4d  ", ++line);
+    }
+}
+
+/* Compiles src to SPIR-V and runs spirv-val on it; true if both succeed. */
+static bool compile_validate(const char *src, const char *label) {
+    shaderc_compilation_result_t r =
+        shaderc_compile_into_spv(g_cc, src, strlen(src), shaderc_glsl_compute_shader, label, "main", g_opts);
+    bool ok = shaderc_result_get_compilation_status(r) == shaderc_compilation_status_success;
+    if (!ok) {
+        fprintf(stderr, "---- %s: shaderc failed:\n%s\n", label, shaderc_result_get_error_message(r));
+        print_numbered(src);
+    } else {
+        char path[] = "/tmp/mn_vk_codegen_XXXXXX";
+        int fd = mkstemp(path);
+        ok = fd >= 0;
+        if (ok) {
+            const char *bytes = shaderc_result_get_bytes(r);
+            size_t len = shaderc_result_get_length(r);
+            ok = write(fd, bytes, len) == (ssize_t)len;
+            close(fd);
+            char cmd[256];
+            snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.1 %s", path);
+            if (ok) ok = system(cmd) == 0;
+            if (!ok) fprintf(stderr, "---- %s: spirv-val failed (%s)\n", label, path);
+            else unlink(path);
+        }
+    }
+    shaderc_result_release(r);
+    return ok;
+}
+
+static bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+/* Generates, compiles and validates every node of g; checks the launch. */
+static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *what) {
+    int32_t *order = malloc((size_t)g->n * sizeof *order), norder = 0;
+    uint8_t *live = malloc((size_t)g->n);
+    for (int32_t i = 0; i < g->n; i++) {
+        live[i] = 1;
+        if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
+    }
+    memplan mp;
+    memplan_options mo = {4, false};
+    char err[512] = "";
+    mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
+    CHECK_OK(st, err);
+    free(order);
+    free(live);
+    if (st) return;
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        if (!owned(n->op)) continue;
+        vk_kernel *k = malloc(sizeof *k);
+        char label[96];
+        snprintf(label, sizeof label, "%s/%%%d_%s", what, i, op_table[n->op].name);
+        err[0] = 0;
+        st = vk_codegen_node(k, g, i, &mp, caps, err, sizeof err);
+        CHECK_MSG(st == MN_OK, "%s: vk_codegen_node -> %s: %s", label, mn_status_str(st), err);
+        if (st) {
+            free(k);
+            continue;
+        }
+        g_covered[n->op]++;
+        if (!dispatches(n->op)) {
+            CHECK_MSG(k->tmpl == NULL && vk_codegen_source(k) == NULL, "%s: a view/source dispatches", label);
+            free(k);
+            continue;
+        }
+        CHECK_MSG(k->tmpl != NULL, "%s: no template", label);
+        /* launch: a power-of-two group within the limits, within the grid limit */
+        uint32_t maxg = caps->max_groups[0] ? caps->max_groups[0] : 65535;
+        CHECK_MSG(is_pow2(k->local[0]) && k->local[0] <= caps->max_invocations && k->local[1] == 1 &&
+                      k->local[2] == 1,
+                  "%s: workgroup %u", label, k->local[0]);
+        CHECK_MSG(k->groups[0] >= 1 && k->groups[0] <= maxg && k->groups[1] >= 1 && k->groups[1] <= 65535 &&
+                      k->groups[2] == 1,
+                  "%s: groups %u x %u x %u", label, k->groups[0], k->groups[1], k->groups[2]);
+        g_grid2d += k->groups[1] > 1;
+        char *src = vk_codegen_source(k);
+        CHECK_MSG(src != NULL, "%s: no source", label);
+        if (src) {
+            CHECK_MSG(compile_validate(src, label), "%s: does not compile / validate", label);
+            g_kernels++;
+            free(src);
+        }
+        free(k);
+    }
+    memplan_free(&mp);
+}
+
+/* ---- graph building ------------------------------------------------------ */
+
+static int g_names;
+
+static mn_tensor in_f(mn_graph *g, int rank, const int64_t *shape) {
+    char name[32];
+    snprintf(name, sizeof name, "x%d", g_names++);
+    mn_tensor t = MN_NONE;
+    CHECK_OK(mn_graph_input(g, &t, name, MN_F32, rank, shape), mn_graph_error(g));
+    return t;
+}
+static mn_tensor in_i(mn_graph *g, int rank, const int64_t *shape) {
+    char name[32];
+    snprintf(name, sizeof name, "l%d", g_names++);
+    mn_tensor t = MN_NONE;
+    CHECK_OK(mn_graph_input(g, &t, name, MN_I32, rank, shape), mn_graph_error(g));
+    return t;
+}
+static mn_tensor par(mn_graph *g, int rank, const int64_t *shape) {
+    char name[32];
+    snprintf(name, sizeof name, "p%d", g_names++);
+    mn_tensor t = MN_NONE;
+    mn_init init = {MN_INIT_ZEROS, 0, 0};
+    CHECK_OK(mn_graph_param(g, &t, name, rank, shape, init), mn_graph_error(g));
+    return t;
+}
+
+/* A library-internal node through graph_add: op, inputs, ip/fp, and for
+ * ops whose shape is given (broadcast, reduce_to, state) rank/shape. */
+typedef struct spec {
+    op_id op;
+    int nin;
+    int32_t in[NODE_MAX_IN];
+    int64_t ip[NODE_MAX_IP];
+    double fp[NODE_MAX_FP];
+    int rank;
+    int64_t shape[MN_MAX_RANK];
+} spec;
+static mn_tensor add(mn_graph *g, spec s) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = s.op;
+    p.nin = s.nin;
+    memcpy(p.in, s.in, sizeof p.in);
+    memcpy(p.ip, s.ip, sizeof p.ip);
+    memcpy(p.fp, s.fp, sizeof p.fp);
+    p.rank = s.rank;
+    memcpy(p.shape, s.shape, sizeof p.shape);
+    p.lr_mult = 1.0f;
+    int32_t out = MN_NONE;
+    CHECK_OK(graph_add(g, &out, &p), mn_graph_error(g));
+    return out;
+}
+static mn_tensor state_like(mn_graph *g, mn_tensor t) {
+    const node *x = &g->nodes[t];
+    spec s = {.op = OP_STATE, .rank = x->rank};
+    memcpy(s.shape, x->shape, sizeof s.shape);
+    return add(g, s);
+}
+
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+
+/* ---- the graphs ---------------------------------------------------------- */
+
+/* Binary ops with numpy broadcasting, scalars, rank 4, a large flat pair. */
+static void build_binary(mn_graph *g) {
+    typedef mn_status (*bin_fn)(mn_graph *, mn_tensor *, mn_tensor, mn_tensor);
+    static const bin_fn fns[] = {mn_add, mn_sub, mn_mul, mn_div};
+    struct {
+        int ra;
+        int64_t a[4];
+        int rb;
+        int64_t b[4];
+    } pairs[] = {
+        {4, {2, 3, 4, 5}, 1, {5}},        {3, {4, 1, 3}, 2, {2, 1}},  {1, {7}, 1, {1}},
+        {0, {0}, 1, {3}},                 {1, {1000003}, 1, {1000003}}, {4, {2, 1, 3, 1}, 4, {1, 4, 1, 5}},
+        {2, {1, 1}, 0, {0}},              {3, {5, 1, 7}, 3, {5, 6, 1}},
+    };
+    for (size_t p = 0; p < MN_ARRAY_LEN(pairs); p++) {
+        mn_tensor a = in_f(g, pairs[p].ra, pairs[p].a), b = in_f(g, pairs[p].rb, pairs[p].b), y;
+        for (size_t f = 0; f < MN_ARRAY_LEN(fns); f++) {
+            CHECK_OK(fns[f](g, &y, a, b), mn_graph_error(g));
+            CHECK_OK(fns[f](g, &y, b, a), mn_graph_error(g)); /* broadcast on the other side */
+        }
+    }
+}
+
+/* Unary ops, scale, stop_grad, unary_bwd for every forward op; odd sizes. */
+static void build_unary(mn_graph *g) {
+    typedef mn_status (*un_fn)(mn_graph *, mn_tensor *, mn_tensor);
+    static const un_fn fns[] = {mn_neg,  mn_exp,     mn_log,    mn_sqrt,      mn_rsqrt, mn_relu,
+                                mn_sigmoid, mn_tanh, mn_gelu,   mn_gelu_tanh, mn_silu,  mn_stop_gradient};
+    static const op_id bwd[] = {OP_EXP,  OP_LOG,  OP_SQRT,      OP_RSQRT, OP_RELU,
+                                OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU};
+    const struct {
+        int r;
+        int64_t s[4];
+    } shapes[] = {{1, {7}}, {1, {1}}, {0, {0}}, {4, {2, 3, 4, 5}}, {1, {1000003}}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        mn_tensor x = in_f(g, shapes[i].r, shapes[i].s), y;
+        for (size_t f = 0; f < MN_ARRAY_LEN(fns); f++) CHECK_OK(fns[f](g, &y, x), mn_graph_error(g));
+        CHECK_OK(mn_scale(g, &y, x, 0.5f), mn_graph_error(g));
+        CHECK_OK(mn_scale(g, &y, x, -3.0f), mn_graph_error(g));
+        CHECK_OK(mn_scale(g, &y, x, 1e-8f), mn_graph_error(g));
+        CHECK_OK(mn_scale(g, &y, x, 1e30f), mn_graph_error(g));
+        mn_tensor fy = in_f(g, shapes[i].r, shapes[i].s), dy = in_f(g, shapes[i].r, shapes[i].s);
+        for (size_t b = 0; b < MN_ARRAY_LEN(bwd); b++)
+            add(g, (spec){.op = OP_UNARY_BWD, .nin = 3, .in = {x, fy, dy}, .ip = {bwd[b]}});
+    }
+}
+
+/* sum / mean / max / max_bwd over each axis, keepdim or not, and all axes;
+ * short slices (serial path) and long ones (workgroup path). */
+static void build_reduce(mn_graph *g) {
+    typedef mn_status (*red_fn)(mn_graph *, mn_tensor *, mn_tensor, int, bool);
+    static const red_fn fns[] = {mn_sum, mn_mean, mn_max};
+    const struct {
+        int r;
+        int64_t s[4];
+    } shapes[] = {{1, {7}},         {1, {1}},        {3, {3, 70, 5}}, {4, {2, 3, 4, 5}},
+                  {2, {4, 1000}},   {2, {10000, 40}}, {1, {1000003}}, {2, {1, 1}}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        const int r = shapes[i].r;
+        mn_tensor x = in_f(g, r, shapes[i].s), y;
+        for (int axis = -1; axis < r; axis++) {
+            const int ax = axis < 0 ? MN_ALL_AXES : axis;
+            for (int keep = 0; keep <= 1; keep++) {
+                if (ax == MN_ALL_AXES && keep) continue;
+                for (size_t f = 0; f < MN_ARRAY_LEN(fns); f++) CHECK_OK(fns[f](g, &y, x, ax, keep), mn_graph_error(g));
+                /* max_bwd: (x, y, dy), dy of the reduced shape */
+                const node *yn = &g->nodes[y];
+                mn_tensor dy = in_f(g, yn->rank, yn->shape);
+                add(g, (spec){.op = OP_MAX_BWD, .nin = 3, .in = {x, y, dy}, .ip = {ax, keep}});
+            }
+        }
+        add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}});
+    }
+    /* the 2-D grid with one workgroup per output: 70000 long slices */
+    mn_tensor x = in_f(g, 2, SH(70000, 33)), y;
+    CHECK_OK(mn_sum(g, &y, x, 1, false), mn_graph_error(g));
+    CHECK_OK(mn_max(g, &y, x, 1, true), mn_graph_error(g));
+}
+
+/* broadcast and its inverse reduce_to, ranks 0..4. */
+static void build_layout(mn_graph *g) {
+    const struct {
+        int rx;
+        int64_t x[4];
+        int ry;
+        int64_t y[4];
+    } pairs[] = {
+        {1, {3}, 2, {4, 3}},          {2, {4, 1}, 3, {2, 4, 5}},          {0, {0}, 1, {7}},
+        {4, {1, 3, 1, 5}, 4, {2, 3, 4, 5}}, {1, {1}, 1, {1000003}}, {2, {1, 1}, 2, {1, 1}},
+    };
+    for (size_t p = 0; p < MN_ARRAY_LEN(pairs); p++) {
+        mn_tensor small = in_f(g, pairs[p].rx, pairs[p].x), big = in_f(g, pairs[p].ry, pairs[p].y);
+        spec b = {.op = OP_BROADCAST, .nin = 1, .in = {small}, .rank = pairs[p].ry};
+        memcpy(b.shape, pairs[p].y, sizeof b.shape);
+        add(g, b);
+        spec r = {.op = OP_REDUCE_TO, .nin = 1, .in = {big}, .rank = pairs[p].rx};
+        memcpy(r.shape, pairs[p].x, sizeof r.shape);
+        add(g, r);
+    }
+    /* permutes, rank 1..4, f32 and i32; reshape (a view) */
+    mn_tensor y;
+    mn_tensor a1 = in_f(g, 1, SH(7)), a2 = in_f(g, 2, SH(3, 5)), a3 = in_f(g, 3, SH(2, 3, 4));
+    mn_tensor a4 = in_f(g, 4, SH(2, 3, 4, 5)), i3 = in_i(g, 3, SH(2, 1, 3)), big = in_f(g, 2, SH(1000003, 1));
+    CHECK_OK(mn_permute(g, &y, a1, (const int[]){0}), mn_graph_error(g));
+    CHECK_OK(mn_transpose(g, &y, a2, 0, 1), mn_graph_error(g));
+    CHECK_OK(mn_permute(g, &y, a3, (const int[]){2, 0, 1}), mn_graph_error(g));
+    CHECK_OK(mn_permute(g, &y, a4, (const int[]){3, 1, 0, 2}), mn_graph_error(g));
+    CHECK_OK(mn_permute(g, &y, a4, (const int[]){0, 1, 3, 2}), mn_graph_error(g));
+    CHECK_OK(mn_permute(g, &y, i3, (const int[]){1, 2, 0}), mn_graph_error(g));
+    CHECK_OK(mn_transpose(g, &y, big, 0, 1), mn_graph_error(g));
+    CHECK_OK(mn_reshape(g, &y, a4, 2, SH(6, -1)), mn_graph_error(g));
+    CHECK_OK(mn_reshape(g, &y, i3, 1, SH(6)), mn_graph_error(g));
+}
+
+/* Row ops and losses: short rows (one invocation per row), long rows (a
+ * workgroup per row), a rank-1 row, many rows (2-D grid). */
+static void build_rows(mn_graph *g) {
+    const struct {
+        int r;
+        int64_t s[4];
+    } shapes[] = {{1, {7}}, {2, {4, 10}}, {2, {3, 1000}}, {3, {2, 3, 33}}, {2, {1, 1}}, {2, {70000, 40}}, {2, {9, 32}}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        const int r = shapes[i].r;
+        mn_tensor x = in_f(g, r, shapes[i].s), dy = in_f(g, r, shapes[i].s), y, ly;
+        CHECK_OK(mn_softmax(g, &y, x), mn_graph_error(g));
+        CHECK_OK(mn_log_softmax(g, &ly, x), mn_graph_error(g));
+        add(g, (spec){.op = OP_SOFTMAX_BWD, .nin = 2, .in = {y, dy}});
+        add(g, (spec){.op = OP_LOG_SOFTMAX_BWD, .nin = 2, .in = {ly, dy}});
+        if (r != 2) continue;
+        /* losses over [B, C] */
+        mn_tensor lab = in_i(g, 1, SH(shapes[i].s[0])), t = in_f(g, 2, shapes[i].s), dl = in_f(g, 0, SH(1)), l;
+        CHECK_OK(mn_cross_entropy(g, &l, x, lab), mn_graph_error(g));
+        CHECK_OK(mn_cross_entropy_dense(g, &l, x, t), mn_graph_error(g));
+        CHECK_OK(mn_mse(g, &l, x, t), mn_graph_error(g));
+        add(g, (spec){.op = OP_CROSS_ENTROPY_BWD, .nin = 3, .in = {x, lab, dl}});
+        add(g, (spec){.op = OP_CROSS_ENTROPY_DENSE_BWD, .nin = 3, .in = {x, t, dl}, .ip = {0}});
+        add(g, (spec){.op = OP_CROSS_ENTROPY_DENSE_BWD, .nin = 3, .in = {x, t, dl}, .ip = {1}});
+    }
+    mn_tensor a = in_f(g, 1, SH(1000003)), b = in_f(g, 1, SH(1000003)), c = in_f(g, 0, SH(1)), l;
+    CHECK_OK(mn_mse(g, &l, a, b), mn_graph_error(g));
+    CHECK_OK(mn_mse(g, &l, c, c), mn_graph_error(g));
+    float v[3] = {1, 2, 3};
+    CHECK_OK(mn_graph_constant(g, &l, 1, SH(3), v), mn_graph_error(g));
+}
+
+/* Every optimizer variant, with and without the clip coefficient. */
+static void build_optim(mn_graph *g) {
+    mn_tensor hyper = in_f(g, 1, SH(4));
+    const struct {
+        int r;
+        int64_t s[4];
+    } shapes[] = {{2, {5, 3}}, {1, {1}}, {1, {1000003}}, {4, {2, 3, 4, 5}}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        mn_tensor gr = in_f(g, shapes[i].r, shapes[i].s);
+        mn_tensor sq = add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {gr}});
+        mn_tensor clip = add(g, (spec){.op = OP_CLIP_COEF, .nin = 1, .in = {sq}, .fp = {1.0}});
+        for (int withclip = 0; withclip <= 1; withclip++) {
+            /* SGD: plain, momentum, nesterov + weight decay */
+            const double sgd[3][3] = {{0, 0, 0}, {0.9, 0, 0}, {0.9, 1, 1e-4}};
+            for (int v = 0; v < 3; v++) {
+                mn_tensor p = par(g, shapes[i].r, shapes[i].s), buf = state_like(g, p);
+                spec s = {.op = OP_SGD_UPDATE, .nin = 4, .in = {p, gr, buf, hyper, clip},
+                          .fp = {1.0, sgd[v][0], 0, 0, sgd[v][2]}, .ip = {(int64_t)sgd[v][1]}};
+                if (withclip) s.nin = 5;
+                add(g, s);
+            }
+            /* Adam (L2, no decay), AdamW (decoupled) with a learning-rate multiplier */
+            for (int v = 0; v < 3; v++) {
+                mn_tensor p = par(g, shapes[i].r, shapes[i].s), m = state_like(g, p), vv = state_like(g, p);
+                spec s = {.op = OP_ADAM_UPDATE, .nin = 5, .in = {p, gr, m, vv, hyper, clip},
+                          .fp = {v == 2 ? 0.5 : 1.0, 0.9, 0.999, 1e-8, v == 0 ? 0.0 : 0.01}, .ip = {v == 2}};
+                if (withclip) s.nin = 6;
+                add(g, s);
+            }
+        }
+    }
+}
+
+typedef void (*build_fn)(mn_graph *);
+
+static void run_all(const vk_caps *caps, const char *what) {
+    static const struct {
+        const char *name;
+        build_fn fn;
+    } builds[] = {{"binary", build_binary}, {"unary", build_unary}, {"reduce", build_reduce},
+                  {"layout", build_layout}, {"rows", build_rows},   {"optim", build_optim}};
+    for (size_t b = 0; b < MN_ARRAY_LEN(builds); b++) {
+        mn_graph *g = NULL;
+        CHECK_OK(mn_graph_create(&g), "create");
+        if (!g) continue;
+        g_names = 0;
+        builds[b].fn(g);
+        char label[64];
+        snprintf(label, sizeof label, "%s/%s", what, builds[b].name);
+        compile_graph(g, caps, label);
+        mn_graph_destroy(g);
+    }
+}
+
+/* ---- literal checks of the generated defines ----------------------------- */
+
+/* Generates node id of g (memplan without reuse) into k. */
+static mn_status gen_one(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap) {
+    int32_t order[64], norder = 0;
+    uint8_t live[64];
+    for (int32_t i = 0; i < g->n && i < 64; i++) {
+        live[i] = 1;
+        if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
+    }
+    memplan mp;
+    memplan_options mo = {4, false};
+    mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, cap);
+    if (st) return st;
+    st = vk_codegen_node(k, g, id, &mp, caps, err, cap);
+    memplan_free(&mp);
+    return st;
+}
+
+static bool has(const vk_kernel *k, const char *line) { return strstr(k->defines, line) != NULL; }
+
+static void test_defines(const vk_caps *caps) {
+    mn_graph *g = NULL;
+    mn_graph_create(&g);
+    g_names = 0;
+    vk_kernel *k = malloc(sizeof *k);
+    char err[256];
+    mn_tensor a = in_f(g, 2, SH(4, 3)), b = in_f(g, 1, SH(3)), c = in_f(g, 2, SH(4, 1)), y;
+    mn_add(g, &y, a, b);
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define IX0(i) (i)\n") && has(k, "#define IX1(i) ((i % 3u))\n"));
+    mn_mul(g, &y, c, b); /* [4,1] * [3] -> [4,3] */
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define IX0(i) ((i / 3u))\n") && has(k, "#define IX1(i) ((i % 3u))\n"));
+    mn_tensor x3 = in_f(g, 3, SH(2, 3, 4));
+    mn_permute(g, &y, x3, (const int[]){2, 0, 1}); /* [4,2,3] */
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define IX0(i) ((i / 6u) + ((i / 3u) % 2u) * 12u + (i % 3u) * 4u)\n"));
+    mn_sum(g, &y, x3, 1, false); /* [2,4]: base (o/4)*12 + o%4, roff l*4 */
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define BASE(o) ((o / 4u) * 12u + (o % 4u))\n") && has(k, "#define ROFF(l) (l * 4u)\n"));
+    CHECK(has(k, "#define RED_SERIAL 1\n") && has(k, "#define NOUT 8u\n") && has(k, "#define RLEN 3u\n"));
+    mn_scale(g, &y, a, 2.0f);
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define EXPR(a, b, c) (a * 2.0)\n"));
+    /* unary_bwd of an op without a derivative is an error naming the op */
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_UNARY_BWD;
+    p.nin = 3;
+    p.in[0] = p.in[1] = p.in[2] = a;
+    p.ip[0] = OP_ADD;
+    CHECK_OK(graph_add(g, &y, &p), mn_graph_error(g));
+    mn_status st = gen_one(k, g, y, caps, err, sizeof err);
+    CHECK(st == MN_E_INVALID && strstr(err, "unary_bwd"));
+    free(k);
+    mn_graph_destroy(g);
+}
+
+int main(void) {
+    g_cc = shaderc_compiler_initialize();
+    g_opts = shaderc_compile_options_initialize();
+    shaderc_compile_options_set_target_env(g_opts, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_1);
+    CHECK(g_cc && g_opts);
+
+    const vk_caps normal = {.subgroup_size = 32, .max_shared_bytes = 32768, .max_invocations = 1024,
+                            .max_groups = {65535, 65535, 65535}};
+    const vk_caps tiny = {.subgroup_size = 16, .max_shared_bytes = 16384, .max_invocations = 64,
+                          .max_groups = {64, 65535, 65535}};
+    test_defines(&normal);
+    run_all(&normal, "normal");
+    g_grid2d = 0;
+    run_all(&tiny, "tiny");
+    CHECK_MSG(g_grid2d > 0, "tiny limits: no launch folded into a 2-D grid");
+
+    int missing = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (owned((op_id)op) && !g_covered[op]) {
+            fprintf(stderr, "op %s not covered\n", op_table[op].name);
+            missing++;
+        }
+    CHECK(missing == 0);
+    printf("%d kernels compiled and validated\n", g_kernels);
+    shaderc_compile_options_release(g_opts);
+    shaderc_compiler_release(g_cc);
+    return th_finish("test_vk_codegen");
+}

@@ -1,0 +1,280 @@
+/* test_vk_linalg_codegen.c - the Vulkan generators of vk_gen_linalg.c
+ * (matmul, conv2d and its gradients, maxpool2d and its backward) produce
+ * GLSL that compiles with libshaderc and SPIR-V that spirv-val accepts.
+ *
+ * For small graphs of each op (matmul: the four transpose combinations,
+ * batched, a shared operand on either side, odd and tile-multiple sizes;
+ * conv: stride, padding, dilation, groups, bias, depthwise, both the direct
+ * and the implicit-GEMM paths; pools with and without overlap or padding),
+ * every non-source node is generated for three device profiles (an H200, a
+ * lavapipe-like CPU device, and a tiny device whose group limits force the
+ * kernels' grid-stride loops), compiled for Vulkan 1.1 and validated. The
+ * launch is checked against the profile's limits.
+ *
+ * Does not: run the kernels (tests/test_vulkan_ops.c compares them with the
+ * CPU backend on a device).
+ */
+#include <shaderc/shaderc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/vulkan/vk_codegen.h"
+#include "graph/graph.h"
+#include "harness.h"
+#include "memplan/memplan.h"
+
+typedef struct profile {
+    const char *name;
+    vk_caps caps;
+} profile;
+
+static const profile profiles[] = {
+    {"h200", {32, 49152, 1024, {2147483647u, 65535, 65535}, false, false, false}},
+    {"lavapipe", {8, 32768, 1024, {65535, 65535, 65535}, false, false, false}},
+    {"tiny", {32, 16384, 128, {3, 65535, 2}, false, false, false}},
+};
+
+static shaderc_compiler_t compiler;
+static char spv_path[64];
+static int kernels_checked;
+
+/* Value of "#define NAME v" in the kernel's defines, or -1. */
+static long define_value(const vk_kernel *k, const char *name) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "#define %s ", name);
+    const char *p = strstr(k->defines, pat);
+    return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* Compiles src and runs spirv-val on the result; returns true on success. */
+static bool compile_and_validate(const char *src, const char *label) {
+    shaderc_compile_options_t opt = shaderc_compile_options_initialize();
+    shaderc_compile_options_set_target_env(opt, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_1);
+    shaderc_compile_options_set_optimization_level(opt, shaderc_optimization_level_performance);
+    shaderc_compilation_result_t r =
+        shaderc_compile_into_spv(compiler, src, strlen(src), shaderc_glsl_compute_shader, label, "main", opt);
+    shaderc_compile_options_release(opt);
+    bool ok = shaderc_result_get_compilation_status(r) == shaderc_compilation_status_success;
+    if (!ok) {
+        fprintf(stderr, "---- %s: compile error:\n%s\n---- source:\n%s\n", label, shaderc_result_get_error_message(r),
+                src);
+    } else {
+        FILE *f = fopen(spv_path, "wb");
+        size_t len = shaderc_result_get_length(r);
+        ok = f && fwrite(shaderc_result_get_bytes(r), 1, len, f) == len;
+        if (f) ok = fclose(f) == 0 && ok;
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.1 %s", spv_path);
+        if (ok && system(cmd) != 0) {
+            fprintf(stderr, "---- %s: spirv-val rejected the module; source:\n%s\n", label, src);
+            ok = false;
+        }
+    }
+    shaderc_result_release(r);
+    return ok;
+}
+
+/* Generates, compiles and validates every non-source node of g for every
+ * profile. */
+static void check_graph(mn_graph *g, const char *label) {
+    int32_t *order = malloc((size_t)g->n * sizeof *order);
+    uint8_t *live = malloc((size_t)g->n);
+    int32_t norder = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        live[i] = 1;
+        if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
+    }
+    memplan mp;
+    char err[256] = "";
+    memplan_options mo = {4, false};
+    CHECK_OK(memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err), err);
+    for (int32_t oi = 0; oi < norder; oi++) {
+        const int32_t id = order[oi];
+        const node *n = &g->nodes[id];
+        for (size_t p = 0; p < MN_ARRAY_LEN(profiles); p++) {
+            const vk_caps *caps = &profiles[p].caps;
+            char what[160];
+            snprintf(what, sizeof what, "%s: %s (%%%d) on %s", label, op_table[n->op].name, id, profiles[p].name);
+            vk_kernel k;
+            mn_status st = vk_codegen_node(&k, g, id, &mp, caps, err, sizeof err);
+            CHECK_MSG(st == MN_OK, "%s: codegen: %s", what, err);
+            if (st) continue;
+            CHECK_MSG(k.tmpl != NULL, "%s: no template", what);
+            if (!k.tmpl) continue;
+            uint32_t inv = k.local[0] * k.local[1] * k.local[2];
+            CHECK_MSG(inv >= 1 && inv <= caps->max_invocations, "%s: %u invocations", what, inv);
+            for (int d = 0; d < 3; d++)
+                CHECK_MSG(k.groups[d] >= 1 && k.groups[d] <= caps->max_groups[d], "%s: groups[%d] = %u", what, d,
+                          k.groups[d]);
+            long bm = define_value(&k, "MM_BM"), bn = define_value(&k, "MM_BN"), bk = define_value(&k, "MM_BK");
+            if (bm > 0) { /* the GEMM's two buffers of both tiles (padded rows), the split sums */
+                long ks = define_value(&k, "MM_KS"), tm = define_value(&k, "MM_TM"), tn = define_value(&k, "MM_TN");
+                long bytes = 2 * bk * (bm + 4 + bn + 4) * 4 + (ks - 1) * (bm / tm) * (bn / tn) * 16;
+                CHECK_MSG(ks >= 1 && (bm * bk) % (long)inv == 0 && (bn * bk) % (long)inv == 0,
+                          "%s: %u invocations do not divide the %ldx%ldx%ld tiles", what, inv, bm, bn, bk);
+                CHECK_MSG(bytes <= (long)caps->max_shared_bytes, "%s: %ld bytes of shared memory", what, bytes);
+            }
+            char *src = vk_codegen_source(&k);
+            CHECK_MSG(src != NULL, "%s: no source", what);
+            if (!src) continue;
+            CHECK_MSG(compile_and_validate(src, what), "%s: compile/validate", what);
+            kernels_checked++;
+            free(src);
+        }
+    }
+    memplan_free(&mp);
+    free(order);
+    free(live);
+}
+
+/* ---- graphs ---------------------------------------------------------------- */
+
+static mn_tensor input(mn_graph *g, const char *name, int rank, const int64_t *shape) {
+    mn_tensor t = MN_NONE;
+    CHECK_OK(mn_graph_input(g, &t, name, MN_F32, rank, shape), mn_graph_error(g));
+    return t;
+}
+
+static void add_matmul(mn_graph *g, int ra, int rb, int64_t B, int64_t M, int64_t K, int64_t N, bool ta,
+                       bool tb) {
+    static int seq;
+    char na[32], nb[32];
+    snprintf(na, sizeof na, "a%d", seq);
+    snprintf(nb, sizeof nb, "b%d", seq++);
+    int64_t sa[3], sb[3];
+    int i = 0;
+    if (ra == 3) sa[i++] = B;
+    sa[i++] = ta ? K : M;
+    sa[i++] = ta ? M : K;
+    i = 0;
+    if (rb == 3) sb[i++] = B;
+    sb[i++] = tb ? N : K;
+    sb[i++] = tb ? K : N;
+    mn_tensor a = input(g, na, ra, sa), b = input(g, nb, rb, sb), y;
+    CHECK_OK(mn_matmul_ex(g, &y, a, b, ta, tb), mn_graph_error(g));
+}
+
+static void test_matmul(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    for (int t = 0; t < 4; t++) add_matmul(g, 2, 2, 1, 7, 13, 5, t & 1, t & 2);
+    for (int t = 0; t < 4; t++) add_matmul(g, 3, 3, 3, 65, 129, 33, t & 1, t & 2); /* batched */
+    add_matmul(g, 3, 2, 4, 7, 13, 5, false, false);  /* shared weight */
+    add_matmul(g, 3, 2, 4, 7, 13, 5, false, true);   /* shared weight, transposed */
+    add_matmul(g, 2, 3, 4, 7, 13, 5, true, false);   /* shared left operand */
+    add_matmul(g, 2, 2, 1, 1, 1, 1, false, false);   /* 1x1x1 */
+    add_matmul(g, 2, 2, 1, 65, 129, 33, false, false);
+    add_matmul(g, 2, 2, 1, 128, 64, 32, false, false); /* tile multiples */
+    add_matmul(g, 2, 2, 1, 4096, 4096, 4096, false, false);
+    add_matmul(g, 2, 2, 1, 4096, 4096, 4096, true, true);
+    add_matmul(g, 2, 2, 1, 1, 4096, 512, false, true); /* a matrix-vector product */
+    add_matmul(g, 3, 3, 70000, 2, 3, 2, false, false); /* more batches than groups.z allows */
+    check_graph(g, "matmul");
+    mn_graph_destroy(g);
+}
+
+typedef struct conv_case {
+    int64_t n, c, h, w, o, kh, kw;
+    mn_conv2d_params p;
+    bool bias;
+} conv_case;
+
+static void add_conv(mn_graph *g, const conv_case *cc) {
+    static int seq;
+    char nx[32], nw[32], nbias[32], ndy[32];
+    snprintf(nx, sizeof nx, "x%d", seq);
+    snprintf(nw, sizeof nw, "w%d", seq);
+    snprintf(nbias, sizeof nbias, "bias%d", seq);
+    snprintf(ndy, sizeof ndy, "dy%d", seq++);
+    const int64_t groups = cc->p.groups ? cc->p.groups : 1;
+    mn_tensor x = input(g, nx, 4, (int64_t[]){cc->n, cc->c, cc->h, cc->w});
+    mn_tensor w = input(g, nw, 4, (int64_t[]){cc->o, cc->c / groups, cc->kh, cc->kw});
+    mn_tensor bias = cc->bias ? input(g, nbias, 1, (int64_t[]){cc->o}) : MN_NONE, y;
+    CHECK_OK(mn_conv2d(g, &y, x, w, bias, &cc->p), mn_graph_error(g));
+    if (y == MN_NONE) return;
+    const node yn = g->nodes[y];
+    mn_tensor dy = input(g, ndy, 4, yn.shape);
+    /* the two gradient helpers, as autodiff builds them */
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_CONV2D_BWD_INPUT;
+    p.nin = 2, p.in[0] = dy, p.in[1] = w;
+    memcpy(p.ip, yn.ip, sizeof p.ip);
+    p.rank = 4;
+    memcpy(p.shape, g->nodes[x].shape, sizeof p.shape);
+    CHECK_OK(graph_add(g, NULL, &p), g->err);
+    p.op = OP_CONV2D_BWD_WEIGHT;
+    p.in[0] = x, p.in[1] = dy;
+    memcpy(p.shape, g->nodes[w].shape, sizeof p.shape);
+    CHECK_OK(graph_add(g, NULL, &p), g->err);
+}
+
+static void test_conv(void) {
+    static const conv_case cases[] = {
+        {2, 3, 9, 11, 4, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, false},
+        {2, 3, 9, 11, 4, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+        {1, 2, 10, 9, 3, 3, 2, {{2, 3}, {0, 1}, {2, 1}, 1}, true},  /* stride, dilation */
+        {2, 4, 8, 8, 6, 3, 3, {{2, 2}, {1, 1}, {1, 1}, 2}, true},   /* groups */
+        {1, 8, 7, 7, 8, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 8}, false},  /* depthwise */
+        {2, 16, 16, 16, 32, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, /* implicit GEMM */
+        {2, 32, 15, 17, 64, 3, 3, {{2, 2}, {1, 1}, {1, 1}, 2}, true}, /* GEMM, strided, groups */
+        {4, 64, 14, 14, 128, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 1}, false}, /* GEMM, 1x1 */
+        {2, 48, 20, 20, 32, 5, 5, {{1, 1}, {4, 4}, {2, 2}, 1}, false},  /* GEMM, dilated */
+        {8, 3, 64, 64, 64, 7, 7, {{2, 2}, {3, 3}, {1, 1}, 1}, false},   /* a ResNet stem */
+    };
+    mn_graph *g;
+    mn_graph_create(&g);
+    for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) add_conv(g, &cases[i]);
+    check_graph(g, "conv2d");
+    mn_graph_destroy(g);
+}
+
+static void test_pool(void) {
+    static const struct {
+        int64_t n, c, h, w;
+        mn_pool2d_params p;
+    } cases[] = {
+        {2, 3, 8, 8, {{2, 2}, {0, 0}, {0, 0}}},
+        {2, 3, 9, 11, {{3, 3}, {2, 2}, {1, 1}}},
+        {1, 2, 7, 7, {{3, 3}, {1, 1}, {1, 1}}}, /* overlapping windows */
+        {1, 1, 6, 9, {{2, 3}, {1, 2}, {1, 0}}},
+    };
+    mn_graph *g;
+    mn_graph_create(&g);
+    for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) {
+        char nx[32], ndy[32];
+        snprintf(nx, sizeof nx, "px%zu", i);
+        snprintf(ndy, sizeof ndy, "pdy%zu", i);
+        mn_tensor x = input(g, nx, 4, (int64_t[]){cases[i].n, cases[i].c, cases[i].h, cases[i].w}), y;
+        CHECK_OK(mn_max_pool2d(g, &y, x, &cases[i].p), mn_graph_error(g));
+        if (y == MN_NONE) continue;
+        const node yn = g->nodes[y];
+        mn_tensor dy = input(g, ndy, 4, yn.shape);
+        node p;
+        memset(&p, 0, sizeof p);
+        p.op = OP_MAXPOOL2D_BWD;
+        p.nin = 2, p.in[0] = x, p.in[1] = dy;
+        memcpy(p.ip, yn.ip, sizeof p.ip);
+        p.rank = 4;
+        memcpy(p.shape, g->nodes[x].shape, sizeof p.shape);
+        CHECK_OK(graph_add(g, NULL, &p), g->err);
+    }
+    check_graph(g, "maxpool2d");
+    mn_graph_destroy(g);
+}
+
+int main(void) {
+    compiler = shaderc_compiler_initialize();
+    CHECK(compiler != NULL);
+    snprintf(spv_path, sizeof spv_path, "/tmp/mn_vk_linalg_%ld.spv", (long)getpid());
+    if (compiler) {
+        test_matmul();
+        test_conv();
+        test_pool();
+        shaderc_compiler_release(compiler);
+    }
+    remove(spv_path);
+    printf("%d kernels compiled and validated\n", kernels_checked);
+    return th_finish("test_vk_linalg_codegen");
+}
