@@ -7,8 +7,10 @@
  * timed to completion; ours also uploads the batch each step):
  *   mlp_ci_b16     128-64-64-10 (last layer without bias), batch 16, SGD lr 1e-3 momentum 0.9
  *   mnist_mlp_b64  784-128-10, batch 64, Adam lr 1e-3
- * For each: session build time cold (empty kernel cache) and warm, median and
- * min train-step and inference time over --runs after --warmup.
+ * The device is opened once (mn_device_open, its time reported as
+ * device_open_ms) and shared. For each workload: session build time cold
+ * (empty kernel cache) and warm, median and min train-step and inference time
+ * over --runs after --warmup.
  * --gemm: square f32 matmul n = 1024, 4096, 8192, TFLOP/s from the best run.
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
  */
@@ -83,9 +85,12 @@ static mn_graph *build_mlp(const workload *w) {
     return g;
 }
 
+static mn_device *g_device;
+
 static mn_session *open_session(const mn_graph *g, mn_backend_kind be, mn_mode mode, mn_optim_kind ok, double *ms) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
+    o.device = g_device;
     o.mode = mode;
     o.optim = mn_optimizer_default(ok);
     o.optim.lr = 1e-3f;
@@ -228,13 +233,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: --runs must be >= 1 and --warmup >= 0\n");
         return 2;
     }
+    double t0 = now_ms();
+    if (mn_device_open(&g_device, be)) die("device", mn_device_error(g_device));
+    printf("{\"device_open_ms\":%.2f,\"backend\":\"%s\"}\n", now_ms() - t0, backend_name(be));
     if (gemm) {
         static const int sizes[] = {1024, 4096, 8192};
         for (int i = 0; i < 3; i++)
             if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i]);
-        return 0;
+    } else {
+        for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+            if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
     }
-    for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-        if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+    mn_device_close(g_device);
     return 0;
 }

@@ -2,22 +2,23 @@
 # run_gpu.sh - the GPU benchmark run (on the benchmark machine, from the repo
 # root, with .device/ = ../shared/device plus libcjson.so.1 and
 # torch_anchors.py, and build/release built here). Writes under $OUT:
-#   devices.txt, ours.jsonl, ours_gemm.jsonl, torch.jsonl, torch_gemm.jsonl, profile.txt
+#   devices.txt, ours.jsonl, ours_gemm.jsonl, torch.jsonl, torch_gemm.jsonl,
+#   profile.txt, errors.log (at most 8 files come back)
 set -uo pipefail
 . .device/vk-env.sh
 out=${OUT:-bench-out}
 mkdir -p "$out"
 bin=build/release/meganeura
 bench=build/release/bench/meganeura_bench
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
-"$bin" devices > "$out/devices.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/devices.txt" 2>&1
+"$bin" devices >> "$out/devices.txt" 2>&1
 # PyTorch and ours alternate so drift on a shared machine hits both alike
-python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 > "$out/torch.jsonl" 2>"$out/torch.err"
-"$bench" --backend vulkan --runs 50 --warmup 10 > "$out/ours.jsonl" 2>"$out/ours.err"
-python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 >> "$out/torch.jsonl" 2>>"$out/torch.err"
-"$bench" --backend vulkan --runs 50 --warmup 10 >> "$out/ours.jsonl" 2>>"$out/ours.err"
-"$bench" --backend vulkan --gemm > "$out/ours_gemm.jsonl" 2>>"$out/ours.err"
-python3 .device/torch_anchors.py --gemm > "$out/torch_gemm.jsonl" 2>>"$out/torch.err"
+python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 > "$out/torch.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --runs 50 --warmup 10 > "$out/ours.jsonl" 2>>"$out/errors.log"
+python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 >> "$out/torch.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --runs 50 --warmup 10 >> "$out/ours.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --gemm > "$out/ours_gemm.jsonl" 2>>"$out/errors.log"
+python3 .device/torch_anchors.py --gemm > "$out/torch_gemm.jsonl" 2>>"$out/errors.log"
 MEGANEURA_PROFILE=1 "$bench" --backend vulkan --runs 20 --only mnist > /dev/null 2> "$out/profile.txt"
 MEGANEURA_PROFILE=1 "$bench" --backend vulkan --gemm > /dev/null 2>> "$out/profile.txt"
 echo done

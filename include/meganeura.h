@@ -212,11 +212,25 @@ typedef struct mn_optimizer {
 /* Defaults of PyTorch for the kind (lr 1e-3, betas 0.9/0.999, eps 1e-8, ...). */
 mn_optimizer mn_optimizer_default(mn_optim_kind kind);
 
+/* A backend's device, opened once and shared by several sessions (a training
+ * and an evaluation session, say): driver start-up (tens to hundreds of ms on
+ * a GPU) is then paid once. Optional: a session given none opens its own.
+ * Sessions that share a device must be used from one thread at a time. */
+typedef struct mn_device mn_device;
+/* On failure *out, if not NULL, is a dead device whose error message says why;
+ * close it. */
+mn_status mn_device_open(mn_device **out, mn_backend_kind backend);
+/* Releases the caller's reference; the device lives on until the last session
+ * using it is destroyed. Accepts NULL. */
+void mn_device_close(mn_device *d);
+const char *mn_device_error(const mn_device *d);
+
 typedef struct mn_session_options {
     mn_backend_kind backend;
     mn_mode mode;
     mn_optimizer optim; /* used in training mode */
     uint64_t seed;      /* parameter initialisation */
+    mn_device *device;  /* NULL: the session opens its own device */
 } mn_session_options;
 
 mn_session_options mn_session_default_options(void);

@@ -20,6 +20,7 @@
 #include "op_cases.h"
 
 static int g_validation_msgs;
+static mn_device *g_dev; /* one Vulkan device shared by every session here */
 static void on_log(mn_log_level level, const char *msg, void *user) {
     if (level <= MN_LOG_WARN) {
         g_validation_msgs++;
@@ -57,6 +58,7 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc 
     mn_session_options o = mn_session_default_options();
     o.mode = MN_MODE_TRAINING;
     o.backend = be;
+    o.device = be == MN_BACKEND_VULKAN ? g_dev : NULL;
     o.seed = 99;
     session_internal_options io = {.grads_only = true};
     mn_session *s = NULL;
@@ -140,6 +142,7 @@ static void optimizer_case(const char *name, mn_optimizer o) {
         mn_session_options so = mn_session_default_options();
         so.mode = MN_MODE_TRAINING;
         so.backend = b ? MN_BACKEND_VULKAN : MN_BACKEND_CPU;
+        so.device = b ? g_dev : NULL;
         so.optim = o;
         so.seed = 5;
         CHECK_OK(mn_session_create(&s[b], g, &so), mn_session_error(s[b]));
@@ -173,6 +176,21 @@ static void optimizer_case(const char *name, mn_optimizer o) {
 
 int main(void) {
     mn_set_log(on_log, NULL);
+    CHECK_OK(mn_device_open(&g_dev, MN_BACKEND_VULKAN), mn_device_error(g_dev));
+    { /* a device of another backend is refused with a message */
+        mn_graph *g;
+        mn_tensor x;
+        mn_graph_create(&g);
+        mn_graph_input(g, &x, "x", MN_F32, 1, (int64_t[]){3});
+        mn_graph_output(g, x, "y");
+        mn_session_options o = mn_session_default_options();
+        o.device = g_dev; /* vulkan device, cpu session */
+        mn_session *s = NULL;
+        CHECK(mn_session_create(&s, g, &o) == MN_E_INVALID);
+        CHECK(strstr(mn_session_error(s), "device") != NULL);
+        mn_session_destroy(s);
+        mn_graph_destroy(g);
+    }
     printf("  %-26s %-20s %s\n", "case", "op", "NMSE vs CPU (f32)");
     for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) run_case(&cases[i]);
     mn_optimizer o = mn_optimizer_default(MN_OPTIM_SGD);
@@ -186,6 +204,7 @@ int main(void) {
     o = mn_optimizer_default(MN_OPTIM_ADAMW);
     o.clip_norm = 0.1f;
     optimizer_case("adamw + clipping", o);
+    mn_device_close(g_dev); /* sessions are gone: this frees it */
     CHECK_MSG(g_validation_msgs == 0, "%d validation/log errors or warnings", g_validation_msgs);
     return th_finish("test_vulkan_ops");
 }

@@ -20,6 +20,7 @@ typedef struct program {
     int32_t norder;
     const memplan *plan;
     bool f64; /* CPU only: float tensors are stored and computed as double */
+    void *device; /* a shared device from device_open, or NULL: the backend opens its own */
 } program;
 
 typedef struct backend_vtable {
@@ -30,7 +31,13 @@ typedef struct backend_vtable {
     mn_status (*read)(void *b, int32_t node, void *dst, size_t bytes, char *err, size_t cap);
     /* Runs nodes[0..n) (a subsequence of program.order) in that order. */
     mn_status (*execute)(void *b, const int32_t *nodes, int32_t n, char *err, size_t cap);
+    /* Optional (NULL for backends without a device to share). */
+    mn_status (*device_open)(void **dev, char *err, size_t cap);
+    void (*device_close)(void *dev);
 } backend_vtable;
+
+/* The vtable of a backend kind, or NULL if this build lacks it. */
+const backend_vtable *backend_for(mn_backend_kind kind);
 
 extern const backend_vtable backend_cpu;
 #ifdef MN_HAVE_VULKAN

@@ -159,16 +159,19 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     bool training = o->mode == MN_MODE_TRAINING;
     if (o->mode != MN_MODE_TRAINING && o->mode != MN_MODE_INFERENCE)
         return fail(s, MN_E_INVALID, "session: unknown mode %d", (int)o->mode);
-    switch (o->backend) {
-    case MN_BACKEND_CPU: s->be = &backend_cpu; break;
-    case MN_BACKEND_VULKAN:
-#ifdef MN_HAVE_VULKAN
-        s->be = &backend_vulkan;
-        break;
-#else
-        return fail(s, MN_E_UNSUPPORTED, "session: this build has no vulkan backend (configure with -DMN_VULKAN=ON); use cpu");
-#endif
-    default: return fail(s, MN_E_INVALID, "session: unknown backend %d", (int)o->backend);
+    s->be = backend_for(o->backend);
+    if (!s->be) {
+        if (o->backend == MN_BACKEND_VULKAN)
+            return fail(s, MN_E_UNSUPPORTED, "session: this build has no vulkan backend (configure with -DMN_VULKAN=ON); use cpu");
+        return fail(s, MN_E_INVALID, "session: unknown backend %d", (int)o->backend);
+    }
+    if (o->device) {
+        if (o->device->dead) return fail(s, MN_E_STATE, "session: the device failed to open: %s", o->device->err);
+        if (o->device->kind != o->backend)
+            return fail(s, MN_E_INVALID, "session: the device belongs to backend %s, the session asks for %s",
+                        backend_for(o->device->kind) ? backend_for(o->device->kind)->name : "?", s->be->name);
+        s->device = o->device;
+        s->device->refs++;
     }
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
@@ -222,7 +225,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     free(fwd);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     /* the backend keeps pointers into the program: it lives in the session */
-    s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64};
+    s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL};
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
@@ -256,6 +259,7 @@ mn_status mn_session_create(mn_session **out, const mn_graph *g, const mn_sessio
 void mn_session_destroy(mn_session *s) {
     if (!s) return;
     if (s->bk) s->be->destroy(s->bk);
+    device_release(s->device);
     memplan_free(&s->plan);
     schedule_free(&s->sched);
     mn_graph_destroy(s->g);

@@ -19,6 +19,17 @@ typedef struct session_internal_options {
                         stay readable through session_grad_of() */
 } session_internal_options;
 
+struct mn_device {
+    mn_backend_kind kind;
+    const backend_vtable *be;
+    void *impl; /* the backend's shared device, NULL for cpu */
+    int refs;   /* the opener's reference + one per session */
+    bool dead;
+    char err[512];
+};
+/* Drops one reference; frees at zero. */
+void device_release(mn_device *d);
+
 struct mn_session {
     char err[512];
     bool dead; /* creation failed or the backend lost its device */
@@ -33,6 +44,7 @@ struct mn_session {
     program prog; /* what the backend was built from; outlives it */
     const backend_vtable *be;
     void *bk;
+    mn_device *device; /* shared device (a reference held), or NULL */
     int64_t step;
     bool have_loss; /* the loss holds a value (after step or run) */
     char **meta;    /* user metadata: key, value pairs */

@@ -53,7 +53,8 @@ typedef struct prof_entry {
 } prof_entry;
 
 typedef struct vkb {
-    vk_ctx c;
+    vk_ctx c;       /* a copy of the shared context, or our own */
+    bool owns_ctx;  /* destroy c at the end (not shared) */
     const program *p;
     bool lost;
     VkBuffer buf[MP_ARENA_COUNT];
@@ -690,9 +691,11 @@ static void vkb_destroy(void *bp) {
         fprintf(b->trace, "\n]}\n");
         fclose(b->trace);
     }
-    if (b->c.validation && b->c.validation_messages)
-        mn_logf(MN_LOG_ERROR, "vulkan validation reported %d errors/warnings", b->c.validation_messages);
-    vk_ctx_destroy(&b->c);
+    if (b->owns_ctx) {
+        if (b->c.validation && b->c.validation_messages)
+            mn_logf(MN_LOG_ERROR, "vulkan validation reported %d errors/warnings", b->c.validation_messages);
+        vk_ctx_destroy(&b->c);
+    }
     free(b->pipes);
     free(b->pending);
     free(b->pending_arena);
@@ -713,7 +716,13 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
     b->p = p;
     b->rt = calloc((size_t)p->g->n + 1, sizeof *b->rt);
     b->prof = calloc((size_t)p->g->n + 1, sizeof *b->prof);
-    mn_status st = b->rt && b->prof ? vk_ctx_create(&b->c, err, cap) : MN_E_NOMEM;
+    mn_status st = b->rt && b->prof ? MN_OK : MN_E_NOMEM;
+    if (!st && p->device) {
+        b->c = *(const vk_ctx *)p->device; /* shared: the device outlives this session */
+    } else if (!st) {
+        st = vk_ctx_create(&b->c, err, cap);
+        b->owns_ctx = true;
+    }
     if (!st) st = make_arenas(b, err, cap);
     if (!st) st = make_layout(b, err, cap);
     if (!st) {
@@ -765,7 +774,39 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
     return MN_OK;
 }
 
-const backend_vtable backend_vulkan = {"vulkan", vkb_create, vkb_destroy, vkb_write, vkb_read, vkb_execute};
+static mn_status vk_device_open(void **out, char *err, size_t cap) {
+    vk_ctx *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (!c) return MN_E_NOMEM;
+    mn_status st = vk_ctx_create(c, err, cap);
+    if (st) {
+        vk_ctx_destroy(c);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return MN_OK;
+}
+
+static void vk_device_close(void *dev) {
+    vk_ctx *c = dev;
+    if (!c) return;
+    if (c->validation && c->validation_messages)
+        mn_logf(MN_LOG_ERROR, "vulkan validation reported %d errors/warnings", c->validation_messages);
+    vk_ctx_destroy(c);
+    free(c);
+}
+
+const backend_vtable backend_vulkan = {
+    .name = "vulkan",
+    .create = vkb_create,
+    .destroy = vkb_destroy,
+    .write = vkb_write,
+    .read = vkb_read,
+    .execute = vkb_execute,
+    .device_open = vk_device_open,
+    .device_close = vk_device_close,
+};
 
 /* Used by `meganeura devices` through the public API. */
 mn_status mn_list_devices(FILE *f) {

@@ -40,23 +40,28 @@ typedef struct gemm_cfg {
     uint32_t bm, bn, bk, tm, tn, ks;
 } gemm_cfg;
 
-/* In order of preference (f32 rate per workgroup measured on an H200 at
- * 1024..8192^3: 128x64 with 8x8 micro-tiles about 31 TFLOP/s at 4096^3,
- * 128x128 30.7, 64x64 29.5); smaller tiles only when the grid would
- * leave the GPU idle. */
-static const gemm_cfg gemm_cfgs[] = {
-    {128, 64, 16, 8, 8, 1}, /* 128 invocations */
-    {64, 128, 16, 8, 8, 1}, /* 128, for M <= 64 */
-    {64, 64, 16, 8, 8, 1},  /* 64 */
-    {64, 64, 16, 4, 4, 1},  /* 256 */
-    {32, 32, 16, 4, 4, 1},  /* 64 */
+/* In order of preference, each with the fewest workgroups it needs to
+ * beat the next ones. Measured on an H200 (f32, TFLOP/s): 128x64 with 8x8
+ * micro-tiles is the fastest from 72 workgroups up (32 at 4096^3 and
+ * 8192^3, 30 at 1024^3 with 128 workgroups, 17 at 768^3; 128x128 and
+ * 64x64 8x8 were 1-2 slower everywhere); below, 32x32 tiles with K splits
+ * win (15 at 512^3 against 7 for 128x64). */
+static const struct {
+    gemm_cfg cfg;
+    uint64_t min_tiles;
+} gemm_cfgs[] = {
+    {{128, 64, 16, 8, 8, 1}, 64},  /* 128 invocations */
+    {{64, 128, 16, 8, 8, 1}, 64},  /* 128, for M <= 64 */
+    {{64, 64, 16, 4, 4, 1}, 128},  /* 256 */
+    {{32, 32, 16, 4, 4, 1}, 0},    /* 64, and K splits */
 };
 
-/* Workgroups that keep a large GPU busy (an H200 has 132 multiprocessors). */
-#define GEMM_TARGET_TILES 128
-/* Splits only for long sums: each split gets at least this many k. */
+/* K splits (in-workgroup) for the last tile only, when the sum is long:
+ * each split gets at least GEMM_SPLIT_MIN_K. On an H200 they gained 10-20%
+ * with 32x32 tiles (512^3, 64x4096x4096, 256x256x16384) and lost with
+ * 128-invocation tiles. */
 #define GEMM_SPLIT_MIN_K 256
-#define GEMM_SPLIT_MAX 8
+#define GEMM_SPLIT_MAX 4
 
 static uint32_t gemm_invocations(const gemm_cfg *c) { return (c->bm / c->tm) * (c->bn / c->tn) * c->ks; }
 
@@ -73,34 +78,35 @@ static bool gemm_fits(const gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
            (c->bn * c->bk) % inv == 0;
 }
 
-/* Picks the tile (and K splits) for an M x N x K product repeated `batch`
- * times: the first configuration whose grid, times its splits, reaches
- * GEMM_TARGET_TILES, else the one with the most workgroups. */
+/* Picks the tile for an M x N x K product repeated `batch` times: the first
+ * configuration that fits the device and gets its minimum of workgroups;
+ * K splits for the last one when K is long. */
 static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch) {
     uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
     uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
-    gemm_cfg best = {32, 32, 8, 4, 4, 1}; /* 64 invocations, 4.6 KiB: fits any Vulkan device */
-    uint64_t best_work = 0;
+    gemm_cfg c = {32, 32, 8, 4, 4, 1}; /* 64 invocations, 4.6 KiB: fits any Vulkan device */
+    bool last = true;
     for (size_t i = 0; i < MN_ARRAY_LEN(gemm_cfgs); i++) {
-        gemm_cfg c = gemm_cfgs[i];
-        while (!gemm_fits(&c, smem, maxinv) && c.bk > 8) c.bk /= 2;
-        if (!gemm_fits(&c, smem, maxinv)) continue;
+        gemm_cfg t = gemm_cfgs[i].cfg;
+        while (!gemm_fits(&t, smem, maxinv) && t.bk > 8) t.bk /= 2;
+        if (!gemm_fits(&t, smem, maxinv)) continue;
         /* a tile much larger than the matrix only wastes invocations */
-        if (c.bm > 32 && (uint64_t)M * 2 <= c.bm) continue;
-        if (c.bn > 32 && (uint64_t)N * 2 <= c.bn) continue;
-        const uint64_t tiles = cdiv((uint64_t)M, c.bm) * cdiv((uint64_t)N, c.bn) * (uint64_t)batch;
-        for (;;) {
-            gemm_cfg d = c;
-            d.ks *= 2;
-            if (tiles * c.ks >= GEMM_TARGET_TILES || d.ks > GEMM_SPLIT_MAX || c.bk % d.ks ||
-                (uint64_t)K < (uint64_t)GEMM_SPLIT_MIN_K * d.ks || !gemm_fits(&d, smem, maxinv))
-                break;
-            c = d;
-        }
-        if (tiles * c.ks > best_work) best = c, best_work = tiles * c.ks;
-        if (tiles * c.ks >= GEMM_TARGET_TILES) break;
+        if (t.bm > 32 && (uint64_t)M * 2 <= t.bm) continue;
+        if (t.bn > 32 && (uint64_t)N * 2 <= t.bn) continue;
+        const uint64_t tiles = cdiv((uint64_t)M, t.bm) * cdiv((uint64_t)N, t.bn) * (uint64_t)batch;
+        c = t;
+        last = i + 1 == MN_ARRAY_LEN(gemm_cfgs);
+        if (tiles >= gemm_cfgs[i].min_tiles) break;
     }
-    return best;
+    while (last) {
+        gemm_cfg d = c;
+        d.ks *= 2;
+        if (d.ks > GEMM_SPLIT_MAX || c.bk % d.ks || (uint64_t)K < (uint64_t)GEMM_SPLIT_MIN_K * d.ks ||
+            !gemm_fits(&d, smem, maxinv))
+            break;
+        c = d;
+    }
+    return c;
 }
 
 /* Operand maps of matmul.glsl. */

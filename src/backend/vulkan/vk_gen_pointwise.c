@@ -44,17 +44,18 @@ static mn_status check_size(const mn_graph *g, const node *n, char *err, size_t 
                : MN_OK;
 }
 
-/* Power-of-two workgroup size: the smallest >= want, at most 256 and within
- * the device's invocation and shared-memory limits (reductions keep 8 bytes
- * per invocation in shared memory). */
-static uint32_t pick_local(const vk_caps *caps, uint64_t want) {
+/* Power-of-two workgroup size: the smallest >= want, at most `most` and
+ * within the device's invocation and shared-memory limits (reductions keep 8
+ * bytes per invocation in shared memory). */
+static uint32_t pick_local_upto(const vk_caps *caps, uint64_t want, uint64_t most) {
     uint64_t lim = caps->max_invocations ? caps->max_invocations : 256;
-    if (lim > 256) lim = 256;
+    if (lim > most) lim = most;
     if (caps->max_shared_bytes && lim > caps->max_shared_bytes / 8) lim = caps->max_shared_bytes / 8;
     uint32_t l = 1;
     while (l < want && (uint64_t)l * 2 <= lim) l *= 2;
     return l;
 }
+static uint32_t pick_local(const vk_caps *caps, uint64_t want) { return pick_local_upto(caps, want, 256); }
 
 /* Smallest useful reduction group: a subgroup (or 32). */
 static uint64_t min_group(const vk_caps *caps) { return caps->subgroup_size ? caps->subgroup_size : 32; }
@@ -228,7 +229,7 @@ VK_ELTWISE(sub, "a - b")
 VK_ELTWISE(mul, "a * b")
 VK_ELTWISE(div, "a / b")
 VK_ELTWISE(neg, "-a")
-VK_ELTWISE(exp, "exp(a)")
+VK_ELTWISE(exp, "mn_exp(a)")
 VK_ELTWISE(log, "mn_log(a)")
 VK_ELTWISE(sqrt, "mn_sqrt(a)")
 VK_ELTWISE(rsqrt, "1.0 / mn_sqrt(a)")
@@ -401,7 +402,21 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     if (s) return s;
     const node *x = in_node(g, n, 0);
     const int64_t C = x->rank ? x->shape[x->rank - 1] : 1, rows = C ? node_numel(x) / C : 0;
-    const bool coop = C > 32;
+    bool coop = C > 32;
+    uint32_t local = 0;
+    if (loss) {
+        /* One workgroup walks every row: as large as allowed, and the mode
+         * with fewer loop iterations per invocation (a row together: rows x
+         * (3 strided passes + 3 tree reductions); a row per invocation:
+         * rows / local x 3 passes over C). Fewer iterations also keep
+         * lavapipe under its 65535-iteration loop limit for longer. */
+        local = pick_local_upto(caps, 1024, 1024);
+        uint64_t lg = 0;
+        while ((1u << lg) < local) lg++;
+        const uint64_t L = local, coop_it = (uint64_t)rows * (3 * (((uint64_t)C + L - 1) / L) + 3 * lg + 2);
+        const uint64_t serial_it = ((uint64_t)rows + L - 1) / L * (3 * (uint64_t)C + 1) + lg;
+        coop = coop_it < serial_it;
+    }
     k->tmpl = "softmax";
     vk_def(k, "SM_OP", "%s", op);
     vk_def(k, "ROWS", "%lluu", (unsigned long long)rows);
@@ -410,13 +425,11 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
     vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && n->ip[0] == 1 ? 1 : 0);
     if (loss) {
-        uint64_t want = (uint64_t)(coop ? C : rows);
-        uint32_t local = pick_local(caps, want > min_group(caps) ? want : min_group(caps));
         k->local[0] = local;
         k->groups[0] = k->groups[1] = k->groups[2] = 1;
         vk_def(k, "NTHREADS", "%uu", local);
     } else if (coop) {
-        uint32_t local = pick_local(caps, (uint64_t)C);
+        local = pick_local(caps, (uint64_t)C);
         vk_launch_1d(k, caps, (uint64_t)rows * local, local); /* one workgroup per row */
     } else {
         vk_launch_1d(k, caps, (uint64_t)rows, pick_local(caps, 64)); /* one invocation per row */

@@ -20,16 +20,99 @@
 #define MN_INF uintBitsToFloat(0x7f800000u)
 #define MN_NAN uintBitsToFloat(0x7fc00000u)
 
-// log/sqrt with the libm results outside the domain GLSL defines.
-float mn_log(float x) { return x > 0.0 ? log(x) : (x == 0.0 ? -MN_INF : (isnan(x) ? x : MN_NAN)); }
+// exp to about 1 ulp (builtin exp may be off by 3 + 2|x| ulp): k = round(x
+// log2 e), r = x - k ln2 in two steps (k LN2_HI is exact), exp(r) by its
+// Taylor series to r^7 (|r| <= 0.35), then two exact power-of-two scalings.
+float mn_exp(float x) {
+    if (isnan(x)) return x;
+    if (x > 88.7228394) return MN_INF;
+    if (x < -103.972084) return 0.0;
+    float k = floor(x * 1.44269504 + 0.5);
+    precise float r = (x - k * 0.693115234) - k * 3.19461833e-05;
+    precise float p = r * (0.5 + r * (0.166666672 + r * (0.0416666679 + r * (0.00833333377 +
+                      r * (0.00138888892 + r * 0.000198412701)))));
+    precise float er = 1.0 + (r + r * p);
+    int k1 = int(k) / 2, k2 = int(k) - k1; // each 2^k in the normal range
+    precise float res = er * uintBitsToFloat(uint(k1 + 127) << 23) * uintBitsToFloat(uint(k2 + 127) << 23);
+    return res;
+}
+
+// Natural log to about 1 ulp (builtin log may be off by 2^-21 absolute near
+// 1): x = m 2^e with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact),
+// s = f / (2 + f), log(m) = 2 atanh(s) = f - s (f - 2R) with
+// R = s^2/3 + s^4/5 + ... (|s| < 0.172), e ln2 split in an exact high part.
+// libm results outside the domain: log(0) = -inf, log(<0) = NaN.
+float mn_log(float x) {
+    if (!(x > 0.0) || isinf(x)) return x == 0.0 ? -MN_INF : (x > 0.0 || isnan(x) ? x : MN_NAN);
+    int e = 0;
+    if (x < 1.17549435e-38) { // subnormal: scale into the normal range
+        x *= 8388608.0;
+        e = -23;
+    }
+    uint b = floatBitsToUint(x);
+    e += int(b >> 23) - 127;
+    float m = uintBitsToFloat((b & 0x007fffffu) | 0x3f800000u);
+    if (m > 1.41421356) {
+        m *= 0.5;
+        e += 1;
+    }
+    precise float f = m - 1.0;
+    precise float sv = f / (2.0 + f);
+    precise float z = sv * sv;
+    precise float r = z * (0.333333343 + z * (0.200000003 + z * (0.142857149 + z * 0.111111112)));
+    precise float corr = sv * (f - 2.0 * r);
+    precise float lo = corr - float(e) * 3.19461833e-05; // ln2 - LN2_HI
+    precise float res = float(e) * 0.693115234 + (f - lo); // LN2_HI: float(e) * it is exact
+    return res;
+}
+
 float mn_sqrt(float x) { return x >= 0.0 ? sqrt(x) : (isnan(x) ? x : MN_NAN); }
+
+// erf to about 1 ulp (the preamble's mn_erf is off by up to ~6e-7 in f32).
+// |x| < 1: erf(a) = a (c0 + t R(t)), t = a^2, R the Taylor series of
+// erf(a)/a after its constant term, c0 = 2/sqrt(pi) split in two floats so
+// the leading product rounds once. 1 <= |x| < 4: erf = 1 - exp(-a^2) Q(1/a),
+// Q a Chebyshev interpolant of erfc(a) exp(a^2) on 1/a in [1/4, 1] (Clenshaw).
+// |x| >= 4: erf rounds to 1.
+const float ERF_R[11] = float[](-0.376126379, 0.112837918, -0.0268661715, 0.00522397785, -0.000854832702,
+                                0.000120553326, -1.49256502e-05, 1.64621144e-06, -1.63658441e-07, 1.48071928e-08,
+                                -1.22905552e-09);
+const float ERF_Q[13] = float[](0.29404211, 0.144856378, -0.0118344417, 0.000460258423, 8.01733768e-05,
+                                -2.42915521e-05, 3.7078471e-06, -3.04544017e-07, -2.17121681e-08, 1.4908597e-08,
+                                -3.58270769e-09, 5.69631287e-10, -5.30912085e-11);
+
+float mn_erf_acc(float x) {
+    float a = abs(x);
+    float r;
+    if (a < 1.0) {
+        float t = a * a;
+        float p = ERF_R[10];
+        for (int i = 9; i >= 0; i--) p = p * t + ERF_R[i];
+        precise float v = t * p;
+        precise float rr = fma(a, 1.12837923, a * (-5.86353828e-08 + v));
+        r = rr;
+    } else if (a < 4.0) {
+        float u = (2.0 * (1.0 / a) - 1.25) * 1.33333337; // 1/a in [1/4, 1] mapped to [-1, 1]
+        float b1 = 0.0, b2 = 0.0;
+        for (int j = 12; j > 0; j--) {
+            float b0 = 2.0 * u * b1 - b2 + ERF_Q[j];
+            b2 = b1;
+            b1 = b0;
+        }
+        float q = u * b1 - b2 + ERF_Q[0];
+        r = 1.0 - mn_exp(-a * a) * q;
+    } else {
+        r = 1.0;
+    }
+    return isnan(x) ? x : (x < 0.0 ? -r : r);
+}
 
 // NaN -> 0 like the C `v > 0 ? v : 0` (isnan keeps the test exact).
 float mn_relu(float x) { return (!isnan(x) && x > 0.0) ? x : 0.0; }
 
 float mn_sigmoid(float x) {
-    if (x >= 0.0) return 1.0 / (1.0 + exp(-x));
-    float e = exp(x); // no overflow for very negative x
+    if (x >= 0.0) return 1.0 / (1.0 + mn_exp(-x));
+    float e = mn_exp(x); // no overflow for very negative x
     return e / (1.0 + e);
 }
 
@@ -42,7 +125,7 @@ float mn_tanh(float x) {
         float x2 = a * a; // odd Taylor series, |error| < 1e-9 relative here
         r = a * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0 + x2 * (62.0 / 2835.0)))));
     } else if (a < 9.5) {
-        float t = exp(-2.0 * a);
+        float t = mn_exp(-2.0 * a);
         r = (1.0 - t) / (1.0 + t);
     } else {
         r = 1.0;
@@ -50,7 +133,7 @@ float mn_tanh(float x) {
     return isnan(x) ? x : (x < 0.0 ? -r : r);
 }
 
-float mn_gelu(float x) { return 0.5 * x * (1.0 + mn_erf(x * 0.70710678118654752)); }
+float mn_gelu(float x) { return 0.5 * x * (1.0 + mn_erf_acc(x * 0.70710678118654752)); }
 
 float mn_gelu_tanh(float x) {
     float u = 0.79788456080286536 * (x + 0.044715 * x * x * x);
@@ -59,7 +142,7 @@ float mn_gelu_tanh(float x) {
 
 // Derivatives used by unary_bwd (same formulas as the CPU kernels).
 float mn_dgelu(float x) {
-    return 0.5 * (1.0 + mn_erf(x * 0.70710678118654752)) + x * 0.39894228040143268 * exp(-0.5 * x * x);
+    return 0.5 * (1.0 + mn_erf_acc(x * 0.70710678118654752)) + x * 0.39894228040143268 * mn_exp(-0.5 * x * x);
 }
 
 float mn_dgelu_tanh(float x) {
