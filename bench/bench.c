@@ -234,7 +234,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     double t0 = now_ms();
-    if (mn_device_open(&g_device, be)) die("device", mn_device_error(g_device));
+    /* MEGANEURA_BENCH_PRIVATE_DEVICE=1: every session opens its own device */
+    const char *priv = getenv("MEGANEURA_BENCH_PRIVATE_DEVICE");
+    if (!(priv && *priv && strcmp(priv, "0")) && mn_device_open(&g_device, be))
+        die("device", mn_device_error(g_device));
     printf("{\"device_open_ms\":%.2f,\"backend\":\"%s\"}\n", now_ms() - t0, backend_name(be));
     if (gemm) {
         static const int sizes[] = {1024, 4096, 8192};
