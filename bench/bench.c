@@ -120,7 +120,21 @@ static void time_it(mn_session *s, bool train, int warmup, int runs, const float
 
 static const char *backend_name(mn_backend_kind b) { return b == MN_BACKEND_VULKAN ? "vulkan" : "cpu"; }
 
+/* One device per workload, shared by its sessions (cold, warm, inference).
+ * MEGANEURA_BENCH_PRIVATE_DEVICE=1: every session opens its own instead.
+ * (Sessions of a second model on a device that already ran another model's
+ * sessions were measured 2x slower per step on the H200: docs/PERF.md.) */
+static double open_device(mn_backend_kind be) {
+    double t0 = now_ms();
+    const char *priv = getenv("MEGANEURA_BENCH_PRIVATE_DEVICE");
+    g_device = NULL;
+    if (!(priv && *priv && strcmp(priv, "0")) && mn_device_open(&g_device, be))
+        die("device", mn_device_error(g_device));
+    return now_ms() - t0;
+}
+
 static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int runs) {
+    double dev_ms = open_device(be);
     mn_graph *g = build_mlp(w);
     size_t xn = (size_t)w->batch * (size_t)w->dims[0];
     float *x = malloc(xn * sizeof *x);
@@ -143,13 +157,14 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     time_it(si, false, warmup, runs, x, xn * 4, lab, (size_t)w->batch * 4, &imed, &imin);
     size_t peak = 0, sum = 0;
     mn_session_memory(s, &peak, &sum);
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
+    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
            "\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,"
            "\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           w->name, backend_name(be), cold, warm, tmed, tmin, imed, imin, peak, sum);
+           w->name, backend_name(be), dev_ms, cold, warm, tmed, tmin, imed, imin, peak, sum);
     fflush(stdout);
     mn_session_destroy(s);
     mn_session_destroy(si);
+    mn_device_close(g_device);
     if (saved) setenv("XDG_CACHE_HOME", saved, 1);
     else unsetenv("XDG_CACHE_HOME");
     free(saved);
@@ -162,6 +177,7 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
 }
 
 static void bench_gemm(mn_backend_kind be, int n) {
+    open_device(be);
     mn_graph *g;
     mn_tensor a, b, c;
     if (mn_graph_create(&g)) die("graph", "out of memory");
@@ -203,6 +219,7 @@ static void bench_gemm(mn_backend_kind be, int n) {
     free(row);
     free(buf);
     mn_session_destroy(s);
+    mn_device_close(g_device);
     mn_graph_destroy(g);
 }
 
@@ -233,12 +250,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: --runs must be >= 1 and --warmup >= 0\n");
         return 2;
     }
-    double t0 = now_ms();
-    /* MEGANEURA_BENCH_PRIVATE_DEVICE=1: every session opens its own device */
-    const char *priv = getenv("MEGANEURA_BENCH_PRIVATE_DEVICE");
-    if (!(priv && *priv && strcmp(priv, "0")) && mn_device_open(&g_device, be))
-        die("device", mn_device_error(g_device));
-    printf("{\"device_open_ms\":%.2f,\"backend\":\"%s\"}\n", now_ms() - t0, backend_name(be));
     if (gemm) {
         static const int sizes[] = {1024, 4096, 8192};
         for (int i = 0; i < 3; i++)
@@ -247,6 +258,5 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
             if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
     }
-    mn_device_close(g_device);
     return 0;
 }

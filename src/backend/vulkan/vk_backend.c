@@ -88,7 +88,14 @@ typedef struct vkb {
     bool trace_first;
     double build_ms;
     int kernels_compiled, kernels_cached;
+    /* host time per phase of execute (MEGANEURA_PROFILE): staging copies,
+     * upload recording, submit, wait; and the number of executes */
+    double host_copy_us, host_record_us, host_submit_us, host_wait_us;
+    uint64_t executes;
+    VkMemoryPropertyFlags staging_flags;
 } vkb;
+
+static double now_us(void);
 
 static mn_status vk_fail(vkb *b, VkResult r, const char *call, char *err, size_t cap) {
     if (r == VK_ERROR_DEVICE_LOST) b->lost = true;
@@ -127,7 +134,11 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
         mn_fmt(err, cap, "vulkan: no memory type for a buffer of %llu bytes", (unsigned long long)size);
         return MN_E_BACKEND;
     }
-    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    if (want & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) b->staging_flags = b->c.mem.memoryTypes[type].propertyFlags;
+    /* a dedicated allocation per arena: the driver places each one afresh
+     * (large pages) instead of in space left by earlier sessions' buffers */
+    VkMemoryDedicatedAllocateInfo ded = {.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO, .buffer = *buf};
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
     VKCHECK(vkAllocateMemory(b->c.device, &ai, NULL, mem), "vkAllocateMemory");
@@ -458,8 +469,26 @@ static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err
     si.commandBufferCount = n;
     si.pCommandBuffers = cbs;
     VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
+    double t0 = b->profile ? now_us() : 0;
     VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
+    double t1 = b->profile ? now_us() : 0;
+    b->host_submit_us += t1 - t0;
+    /* Small steps finish in tens of microseconds: poll the fence for up to
+     * 2 ms (as CUDA's default synchronisation spins) so the latency does not
+     * depend on how the driver decides to sleep, then block. Not on a CPU
+     * device (lavapipe), whose workers need the cores a spin would take. */
+    double until = now_us() + (b->c.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0.0 : 2000.0);
+    for (;;) {
+        VkResult r = vkGetFenceStatus(b->c.device, b->fence);
+        if (r == VK_SUCCESS) {
+            if (b->profile) b->host_wait_us += now_us() - t1;
+            return MN_OK;
+        }
+        if (r != VK_NOT_READY) return vk_fail(b, r, "vkGetFenceStatus", err, cap);
+        if (now_us() > until) break;
+    }
     VKCHECK(vkWaitForFences(b->c.device, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    if (b->profile) b->host_wait_us += now_us() - t1;
     return MN_OK;
 }
 
@@ -523,7 +552,9 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
         }
         size_t chunk = bytes - done, room = (size_t)(b->staging_size - b->staging_used);
         if (chunk > room) chunk = room;
+        double t0 = b->profile ? now_us() : 0;
         memcpy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
+        if (b->profile) b->host_copy_us += now_us() - t0;
         b->pending[b->npending] = (VkBufferCopy){b->staging_used, s->offset + done, chunk};
         b->pending_arena[b->npending++] = s->arena;
         b->staging_used = (b->staging_used + chunk + 15) & ~(VkDeviceSize)15;
@@ -619,9 +650,12 @@ static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err
     VkCommandBuffer cbs[2];
     uint32_t ncb = 0;
     if (b->npending) {
+        double t0 = b->profile ? now_us() : 0;
         if ((st = record_uploads(b, err, cap))) return st;
+        if (b->profile) b->host_record_us += now_us() - t0;
         cbs[ncb++] = b->upload_cb;
     }
+    b->executes++;
     cbs[ncb++] = rc->cb;
     b->trace_clock_us = now_us();
     st = submit_wait(b, cbs, ncb, err, cap);
@@ -659,6 +693,15 @@ static void print_profile(vkb *b) {
                     total > 0 ? 100.0 * rows[op].ns / total : 0.0);
     fprintf(stderr, "  session build %.1f ms (%d kernels compiled, %d from the cache)\n", b->build_ms,
             b->kernels_compiled, b->kernels_cached);
+    if (b->executes) {
+        double n = (double)b->executes;
+        fprintf(stderr, "  host per execute: staging copies %.1f us, upload recording %.1f us, submit %.1f us, "
+                "wait %.1f us (%llu executes)\n", b->host_copy_us / n, b->host_record_us / n,
+                b->host_submit_us / n, b->host_wait_us / n, (unsigned long long)b->executes);
+        fprintf(stderr, "  staging memory: host cached %s, device local %s\n",
+                b->staging_flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? "yes" : "no",
+                b->staging_flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT ? "yes" : "no");
+    }
 }
 
 static void vkb_destroy(void *bp) {
