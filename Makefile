@@ -24,7 +24,7 @@ asan: deps
 	@cmake --build build/asan -j$(JOBS)
 
 fuzz: deps
-	@cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMN_FUZZ=ON >/dev/null
+	@cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMN_FUZZ=ON -DMN_VULKAN=OFF >/dev/null
 	@cmake --build build/fuzz -j$(JOBS) --target fuzz_safetensors
 
 data: build
