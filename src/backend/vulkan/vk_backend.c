@@ -93,6 +93,7 @@ typedef struct vkb {
     double host_copy_us, host_record_us, host_submit_us, host_wait_us;
     uint64_t executes;
     VkMemoryPropertyFlags staging_flags;
+    long fault_submits; /* MEGANEURA_FAULT_DEVICE_LOST=N: the Nth submit reports a lost device (tests) */
 } vkb;
 
 static double now_us(void);
@@ -469,6 +470,8 @@ static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err
     si.commandBufferCount = n;
     si.pCommandBuffers = cbs;
     VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
+    if (b->fault_submits > 0 && --b->fault_submits == 0)
+        return vk_fail(b, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault)", err, cap);
     double t0 = b->profile ? now_us() : 0;
     VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
     double t1 = b->profile ? now_us() : 0;
@@ -783,6 +786,8 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         if (r == VK_SUCCESS) r = vkCreateFence(b->c.device, &fi, NULL, &b->fence);
         if (r != VK_SUCCESS) st = vk_fail(b, r, "command pool / fence creation", err, cap);
     }
+    const char *fault = getenv("MEGANEURA_FAULT_DEVICE_LOST");
+    if (fault && *fault) b->fault_submits = strtol(fault, NULL, 10);
     const char *pe = getenv("MEGANEURA_PROFILE"), *tr = getenv("MEGANEURA_TRACE");
     b->profile = (pe && *pe && strcmp(pe, "0") != 0) || (tr && *tr);
     if (!st && b->profile) {
