@@ -108,11 +108,13 @@ static void check_graph(mn_graph *g, const char *label) {
                 CHECK_MSG(k.groups[d] >= 1 && k.groups[d] <= caps->max_groups[d], "%s: groups[%d] = %u", what, d,
                           k.groups[d]);
             long bm = define_value(&k, "MM_BM"), bn = define_value(&k, "MM_BN"), bk = define_value(&k, "MM_BK");
-            if (bm > 0) { /* the GEMM's two buffers of both tiles (padded rows), the split sums */
+            if (bm > 0) { /* per K split two buffers of both tiles (padded rows); the split sums */
                 long ks = define_value(&k, "MM_KS"), tm = define_value(&k, "MM_TM"), tn = define_value(&k, "MM_TN");
-                long bytes = 2 * bk * (bm + 4 + bn + 4) * 4 + (ks - 1) * (bm / tm) * (bn / tn) * 16;
-                CHECK_MSG(ks >= 1 && (bm * bk) % (long)inv == 0 && (bn * bk) % (long)inv == 0,
-                          "%s: %u invocations do not divide the %ldx%ldx%ld tiles", what, inv, bm, bn, bk);
+                long per_split = (bm / tm) * (bn / tn);
+                long bytes = ks * 2 * bk * (bm + 4 + bn + 4) * 4 + (ks - 1) * per_split * 16;
+                CHECK_MSG(ks >= 1 && per_split * ks == (long)inv && (bm * bk) % per_split == 0 &&
+                              (bn * bk) % per_split == 0,
+                          "%s: %u invocations do not fit the %ldx%ldx%ld tiles", what, inv, bm, bn, bk);
                 CHECK_MSG(bytes <= (long)caps->max_shared_bytes, "%s: %ld bytes of shared memory", what, bytes);
             }
             char *src = vk_codegen_source(&k);
@@ -170,6 +172,8 @@ static void test_matmul(void) {
     add_matmul(g, 2, 2, 1, 4096, 4096, 4096, true, true);
     add_matmul(g, 2, 2, 1, 1, 4096, 512, false, true); /* a matrix-vector product */
     add_matmul(g, 3, 3, 70000, 2, 3, 2, false, false); /* more batches than groups.z allows */
+    add_matmul(g, 2, 2, 1, 64, 784, 128, false, false); /* K splits */
+    add_matmul(g, 2, 2, 1, 33, 1000, 17, true, true);   /* K splits, odd sizes */
     check_graph(g, "matmul");
     mn_graph_destroy(g);
 }

@@ -42,49 +42,58 @@ typedef struct gemm_cfg {
 
 /* In order of preference, each with the fewest workgroups it needs to
  * beat the next ones. Measured on an H200 (f32, TFLOP/s): 128x64 with 8x8
- * micro-tiles is the fastest from 72 workgroups up (32 at 4096^3 and
- * 8192^3, 30 at 1024^3 with 128 workgroups, 17 at 768^3; 128x128 and
- * 64x64 8x8 were 1-2 slower everywhere); below, 32x32 tiles with K splits
- * win (15 at 512^3 against 7 for 128x64). */
+ * micro-tiles is the fastest with enough workgroups (32 at 4096^3 and
+ * 8192^3, 30 at 1024^3 with 128 workgroups; 128x128 and 64x64 8x8 were
+ * 1-2 slower everywhere); at 64-72 workgroups it ties with smaller tiles
+ * on a matmul (17 at 768^3) and loses on a convolution (8.8 against 14.5
+ * for 32x32 on a 4x128x32x32 3x3 conv); below, 32x32 tiles with K splits
+ * win (18 at 512^3 against 7 for 128x64). */
 static const struct {
     gemm_cfg cfg;
     uint64_t min_tiles;
 } gemm_cfgs[] = {
-    {{128, 64, 16, 8, 8, 1}, 64},  /* 128 invocations */
-    {{64, 128, 16, 8, 8, 1}, 64},  /* 128, for M <= 64 */
+    {{128, 64, 16, 8, 8, 1}, 96},  /* 128 invocations */
+    {{64, 128, 16, 8, 8, 1}, 96},  /* 128, for M <= 64 */
     {{64, 64, 16, 4, 4, 1}, 128},  /* 256 */
     {{32, 32, 16, 4, 4, 1}, 0},    /* 64, and K splits */
 };
 
-/* K splits (in-workgroup) for the last tile only, when the sum is long:
- * each split gets at least GEMM_SPLIT_MIN_K. On an H200 they gained 10-20%
- * with 32x32 tiles (512^3, 64x4096x4096, 256x256x16384) and lost with
- * 128-invocation tiles. */
-#define GEMM_SPLIT_MIN_K 256
-#define GEMM_SPLIT_MAX 4
+/* K splits (in-workgroup, each split its own run of k slices) for the last
+ * tile only, when its grid is small: they shorten the serial chain of
+ * slices that bounds a small product's latency. Each split keeps at least
+ * GEMM_SPLIT_MIN_SLICES slices. On an H200: 512^3 15 -> 18 TFLOP/s (2
+ * splits), 64x4096x4096 12 -> 19 (2), 256x256x16384 3.6 -> 8.3 (8), the
+ * MNIST layer 64x784 @ 784x128 22 -> 13-14 us, conv weight gradients 2x. */
+#define GEMM_SPLIT_BELOW 512
+#define GEMM_SPLIT_MIN_SLICES 2
+#define GEMM_SPLIT_MAX 8
 
 static uint32_t gemm_invocations(const gemm_cfg *c) { return (c->bm / c->tm) * (c->bn / c->tn) * c->ks; }
 
+/* Two buffers of both tiles (rows padded by 4) per split, and the vec4 per
+ * invocation through which splits 1.. hand their sums to split 0. */
 static uint32_t gemm_shared_bytes(const gemm_cfg *c) {
-    return 2u * c->bk * (c->bm + 4 + c->bn + 4) * 4u + (c->ks - 1) * (c->bm / c->tm) * (c->bn / c->tn) * 16u;
+    return c->ks * 2u * c->bk * (c->bm + 4 + c->bn + 4) * 4u + (c->ks - 1) * (c->bm / c->tm) * (c->bn / c->tn) * 16u;
 }
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* Fits the device, and every invocation loads whole elements of each slice. */
+/* Fits the device, and the invocations of a split share each slice's loads
+ * evenly. */
 static bool gemm_fits(const gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
-    const uint32_t inv = gemm_invocations(c);
-    return gemm_shared_bytes(c) <= smem && inv <= maxinv && (c->bm * c->bk) % inv == 0 &&
-           (c->bn * c->bk) % inv == 0;
+    const uint32_t per_split = (c->bm / c->tm) * (c->bn / c->tn);
+    return gemm_shared_bytes(c) <= smem && gemm_invocations(c) <= maxinv && (c->bm * c->bk) % per_split == 0 &&
+           (c->bn * c->bk) % per_split == 0;
 }
 
 /* Picks the tile for an M x N x K product repeated `batch` times: the first
  * configuration that fits the device and gets its minimum of workgroups;
- * K splits for the last one when K is long. */
+ * K splits for the last one when its grid is small and K long. */
 static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch) {
     uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
     uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
     gemm_cfg c = {32, 32, 8, 4, 4, 1}; /* 64 invocations, 4.6 KiB: fits any Vulkan device */
+    uint64_t tiles = 0;
     bool last = true;
     for (size_t i = 0; i < MN_ARRAY_LEN(gemm_cfgs); i++) {
         gemm_cfg t = gemm_cfgs[i].cfg;
@@ -93,17 +102,16 @@ static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, 
         /* a tile much larger than the matrix only wastes invocations */
         if (t.bm > 32 && (uint64_t)M * 2 <= t.bm) continue;
         if (t.bn > 32 && (uint64_t)N * 2 <= t.bn) continue;
-        const uint64_t tiles = cdiv((uint64_t)M, t.bm) * cdiv((uint64_t)N, t.bn) * (uint64_t)batch;
         c = t;
+        tiles = cdiv((uint64_t)M, t.bm) * cdiv((uint64_t)N, t.bn) * (uint64_t)batch;
         last = i + 1 == MN_ARRAY_LEN(gemm_cfgs);
         if (tiles >= gemm_cfgs[i].min_tiles) break;
     }
-    while (last) {
+    while (last && tiles * c.ks < GEMM_SPLIT_BELOW && c.ks < GEMM_SPLIT_MAX) {
         gemm_cfg d = c;
         d.ks *= 2;
-        if (d.ks > GEMM_SPLIT_MAX || c.bk % d.ks || (uint64_t)K < (uint64_t)GEMM_SPLIT_MIN_K * d.ks ||
-            !gemm_fits(&d, smem, maxinv))
-            break;
+        while (!gemm_fits(&d, smem, maxinv) && d.bk > 8) d.bk /= 2;
+        if (!gemm_fits(&d, smem, maxinv) || cdiv((uint64_t)K, d.bk) < (uint64_t)GEMM_SPLIT_MIN_SLICES * d.ks) break;
         c = d;
     }
     return c;
@@ -229,7 +237,8 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     if (conv_use_gemm(M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
-        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups, false, c.KH * c.KW > 1);
+        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups, false,
+                  c.KH * c.KW > 1);
         return MN_OK;
     }
     k->tmpl = "conv2d_bwd_input";

@@ -6,13 +6,13 @@
 // invocation (tx, ty) of a split owns an MM_TM x MM_TN micro-tile made of 4x4
 // blocks spread LY*4 rows / LX*4 columns apart, so that reading a k-row of
 // the shared tiles is a run of consecutive vec4s.
-// The K loop walks MM_BK-deep slices of A and B through two shared-memory
-// buffers, loaded by all invocations: the global loads of slice t+1 go to
-// registers before slice t is multiplied, then to the other buffer; one
-// barrier per slice. Split s multiplies rows [s*BK/KS, (s+1)*BK/KS) of each
-// slice; at the end split 0 adds the other splits' sums (in split order,
-// through shared memory) and writes C. Splits give a small tile grid more
-// invocations when K is long.
+// Split s walks the MM_BK-deep slices t = s, s + KS, s + 2*KS, .. of A and
+// B through its own two shared-memory buffers: the global loads of its next
+// slice go to registers before the current one is multiplied, then to the
+// other buffer; one (workgroup) barrier per step. At the end split 0 adds
+// the other splits' sums (in split order, through shared memory) and writes
+// C. Splits cut the serial chain of slices, which bounds the latency of a
+// small product with a long K (few workgroups, little to hide latency with).
 // Shared tiles are k-major (sa[k][m], sb[k][n]) with rows padded by 4 floats
 // so a k-contiguous loader writes without bank conflicts.
 //
@@ -36,21 +36,20 @@
 
 #define LX (MM_BN / MM_TN)
 #define LY (MM_BM / MM_TM)
-#define NT (LX * LY)          // invocations per split
-#define NTT (NT * MM_KS)      // invocations of the workgroup
-#define BKS (MM_BK / MM_KS)   // k-rows of a slice per split
+#define NT (LX * LY) // invocations per split
 #define RM (MM_TM / 4)
 #define RN (MM_TN / 4)
 #define SAW ((MM_BM + 4) / 4)
 #define SBW ((MM_BN + 4) / 4)
-#define LA ((MM_BM * MM_BK) / NTT)
-#define LB ((MM_BN * MM_BK) / NTT)
+#define LA ((MM_BM * MM_BK) / NT)
+#define LB ((MM_BN * MM_BK) / NT)
 #define KTILES ((MM_K + MM_BK - 1) / MM_BK)
+#define KSTEPS ((KTILES + MM_KS - 1) / MM_KS) // steps of each split
 #define TILES_M ((MM_M + MM_BM - 1) / MM_BM)
 #define TILES_N ((MM_N + MM_BN - 1) / MM_BN)
 
-shared vec4 sa[2][MM_BK][SAW];
-shared vec4 sb[2][MM_BK][SBW];
+shared vec4 sa[2 * MM_KS][MM_BK][SAW]; // [split * 2 + buffer]
+shared vec4 sb[2 * MM_KS][MM_BK][SBW];
 #if MM_KS > 1
 shared vec4 sred[(MM_KS - 1) * NT];
 #endif
@@ -117,14 +116,14 @@ uint mm_c(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV
 #endif
 
 // ---- staging of one K slice: global -> registers -> shared ----------------
-// Element e of a slice is (mm, kk) with the contiguous index fastest
-// (MM_A_KFAST: k is contiguous in memory for A), so a subgroup reads runs.
+// Invocation l of a split moves elements e = l + i*NT of the slice, (mm, kk)
+// with the contiguous index fastest (MM_A_KFAST: k is contiguous in memory
+// for A), so a subgroup reads runs.
 float ra[LA], rb[LB];
 
-void load_slice(uint z, uint m0, uint n0, uint k0) {
-    uint lid = gl_LocalInvocationIndex;
+void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
     [[unroll]] for (uint i = 0; i < LA; i++) {
-        uint e = lid + i * NTT;
+        uint e = lid + i * NT;
 #if MM_A_KFAST
         uint kk = e % MM_BK, mm = e / MM_BK;
 #else
@@ -136,7 +135,7 @@ void load_slice(uint z, uint m0, uint n0, uint k0) {
         ra[i] = v;
     }
     [[unroll]] for (uint i = 0; i < LB; i++) {
-        uint e = lid + i * NTT;
+        uint e = lid + i * NT;
 #if MM_B_KFAST
         uint kk = e % MM_BK, nn = e / MM_BK;
 #else
@@ -149,10 +148,9 @@ void load_slice(uint z, uint m0, uint n0, uint k0) {
     }
 }
 
-void store_slice(uint buf) {
-    uint lid = gl_LocalInvocationIndex;
+void store_slice(uint buf, uint lid) {
     [[unroll]] for (uint i = 0; i < LA; i++) {
-        uint e = lid + i * NTT;
+        uint e = lid + i * NT;
 #if MM_A_KFAST
         uint kk = e % MM_BK, mm = e / MM_BK;
 #else
@@ -161,7 +159,7 @@ void store_slice(uint buf) {
         sa[buf][kk][mm >> 2][mm & 3u] = ra[i];
     }
     [[unroll]] for (uint i = 0; i < LB; i++) {
-        uint e = lid + i * NTT;
+        uint e = lid + i * NT;
 #if MM_B_KFAST
         uint kk = e % MM_BK, nn = e / MM_BK;
 #else
@@ -194,26 +192,31 @@ void main() {
             [[unroll]] for (uint i = 0; i < MM_TM; i++) acc[i][c] = init;
         }
 
-        load_slice(z, m0, n0, 0);
-        store_slice(0);
+        if (split < KTILES) {
+            load_slice(z, m0, n0, split * MM_BK, l);
+            store_slice(split * 2, l);
+        }
         barrier();
-        for (uint t = 0; t < KTILES; t++) {
-            uint buf = t & 1u;
-            if (t + 1 < KTILES) load_slice(z, m0, n0, (t + 1) * MM_BK);
-            [[unroll]] for (uint kr = 0; kr < BKS; kr++) {
-                uint kk = split * BKS + kr;
-                vec4 a[RM], b[RN];
-                [[unroll]] for (uint r = 0; r < RM; r++) a[r] = sa[buf][kk][r * LY + ty];
-                [[unroll]] for (uint c = 0; c < RN; c++) b[c] = sb[buf][kk][c * LX + tx];
-                [[unroll]] for (uint r = 0; r < RM; r++)
-                    [[unroll]] for (uint i = 0; i < 4; i++)
-                        [[unroll]] for (uint c = 0; c < RN; c++)
-                            acc[r * 4 + i][c] = fma(vec4(a[r][i]), b[c], acc[r * 4 + i][c]);
+        for (uint step = 0; step < KSTEPS; step++) {
+            uint t = step * MM_KS + split; // this split's slice
+            uint buf = split * 2 + (step & 1u);
+            bool next = t + MM_KS < KTILES;
+            if (next) load_slice(z, m0, n0, (t + MM_KS) * MM_BK, l);
+            if (t < KTILES) {
+                [[unroll]] for (uint kk = 0; kk < MM_BK; kk++) {
+                    vec4 a[RM], b[RN];
+                    [[unroll]] for (uint r = 0; r < RM; r++) a[r] = sa[buf][kk][r * LY + ty];
+                    [[unroll]] for (uint c = 0; c < RN; c++) b[c] = sb[buf][kk][c * LX + tx];
+                    [[unroll]] for (uint r = 0; r < RM; r++)
+                        [[unroll]] for (uint i = 0; i < 4; i++)
+                            [[unroll]] for (uint c = 0; c < RN; c++)
+                                acc[r * 4 + i][c] = fma(vec4(a[r][i]), b[c], acc[r * 4 + i][c]);
+                }
             }
-            // Buffer buf ^ 1 was last read in slice t-1, which the previous
-            // barrier closed; this barrier publishes the writes to it and
-            // closes the reads of buf before slice t+1 overwrites that.
-            if (t + 1 < KTILES) store_slice(buf ^ 1u);
+            // Buffer buf ^ 1 was last read at the previous step, which the
+            // previous barrier closed; this barrier publishes the writes to
+            // it and closes the reads of buf before the next step refills it.
+            if (next) store_slice(buf ^ 1u, l);
             barrier();
         }
 
