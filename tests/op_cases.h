@@ -117,6 +117,20 @@ static mn_tensor c_conv2d_dil(gc *c) {
     mn_conv2d(c->g, &y, GP(4, -1, 1, 1, 3, 6, 7), GP(4, -1, 1, 2, 3, 2, 3), MN_NONE, &p);
     return y;
 }
+/* sizes that reach the implicit-GEMM convolution and split-K matmul paths */
+static mn_tensor c_conv2d_gemm(gc *c) {
+    mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 16, 16, 16), GP(4, -0.2f, 0.2f, 32, 16, 3, 3), GP(1, -1, 1, 32), &p);
+    return y;
+}
+static mn_tensor c_conv2d_gemm_strided(gc *c) {
+    mn_conv2d_params p = {{2, 2}, {1, 1}, {1, 1}, 2};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 32, 15, 17), GP(4, -0.2f, 0.2f, 64, 16, 3, 3), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_matmul_mnist(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 64, 784), GP(2, -0.1f, 0.1f, 784, 128)); return y; }
 static mn_tensor c_maxpool(gc *c) {
     mn_pool2d_params p = {{2, 2}, {2, 2}, {0, 0}};
     mn_tensor y;
@@ -141,8 +155,14 @@ typedef struct gcase {
     op_id op;
     const char *name;
     case_fn fn;
-    bool stop; /* analytic grad differs from FD by design: check against half the FD of y=x*x */
+    int flags; /* CASE_* */
 } gcase;
+/* the analytic gradient differs from finite differences by design (stop_grad
+ * of y = x*x): check against half the numeric derivative */
+#define CASE_STOP 1
+/* too large for finite differences: backend comparison only (the same op has
+ * small gradient-checked cases) */
+#define CASE_BIG 2
 
 static const gcase cases[] = {
     {OP_MATMUL, "matmul", c_matmul, 0}, {OP_MATMUL, "matmul_ta", c_matmul_ta, 0},
@@ -154,7 +174,7 @@ static const gcase cases[] = {
     {OP_EXP, "exp", c_exp, 0}, {OP_LOG, "log", c_log, 0}, {OP_SQRT, "sqrt", c_sqrt, 0},
     {OP_RSQRT, "rsqrt", c_rsqrt, 0}, {OP_RELU, "relu", c_relu, 0}, {OP_SIGMOID, "sigmoid", c_sigmoid, 0},
     {OP_TANH, "tanh", c_tanh, 0}, {OP_GELU, "gelu", c_gelu, 0}, {OP_GELU_TANH, "gelu_tanh", c_gelu_tanh, 0},
-    {OP_SILU, "silu", c_silu, 0}, {OP_STOP_GRAD, "stop_grad", c_stop, 1},
+    {OP_SILU, "silu", c_silu, 0}, {OP_STOP_GRAD, "stop_grad", c_stop, CASE_STOP},
     {OP_SUM, "sum_axis", c_sum, 0}, {OP_SUM, "sum_all", c_sum_all, 0},
     {OP_MEAN, "mean_keepdim", c_mean, 0}, {OP_MEAN, "mean_all", c_mean_all, 0},
     {OP_MAX, "max_axis", c_max, 0}, {OP_MAX, "max_keepdim", c_max_keep, 0}, {OP_MAX, "max_all", c_max_all, 0},
@@ -164,6 +184,9 @@ static const gcase cases[] = {
     {OP_REDUCE_TO, "reduce_to", c_reduce_to, 0}, {OP_CROSS_ENTROPY, "cross_entropy", c_cross_entropy, 0},
     {OP_CROSS_ENTROPY_DENSE, "cross_entropy_dense", c_cross_entropy_dense, 0}, {OP_MSE, "mse", c_mse, 0},
     {OP_CONV2D, "conv2d_groups_stride_bias", c_conv2d, 0}, {OP_CONV2D, "conv2d_dilation", c_conv2d_dil, 0},
+    {OP_CONV2D, "conv2d_implicit_gemm", c_conv2d_gemm, CASE_BIG},
+    {OP_CONV2D, "conv2d_gemm_stride2_groups2", c_conv2d_gemm_strided, CASE_BIG},
+    {OP_MATMUL, "matmul_64x784x128", c_matmul_mnist, CASE_BIG},
     {OP_MAXPOOL2D, "maxpool2d", c_maxpool, 0}, {OP_MAXPOOL2D, "maxpool2d_overlap_pad", c_maxpool_overlap, 0},
 };
 

@@ -62,7 +62,7 @@ static void run_case(const gcase *k) {
             v[j] = keep;
             session_write_node(s, c.p[pi], v, n * 8);
             double fd = (lp - lm) / (2 * h);
-            if (k->stop) {
+            if (k->flags & CASE_STOP) {
                 /* L(x) = f(x*x) with the first factor stopped: the analytic
                  * gradient is exactly half the full derivative */
                 fd *= 0.5;
@@ -116,6 +116,7 @@ int main(void) {
         for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) found |= cases[i].op == (op_id)op;
         CHECK_MSG(found, "op '%s' has a backward rule but no gradient-check case", op_table[op].name);
     }
-    for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) run_case(&cases[i]);
+    for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++)
+        if (!(cases[i].flags & CASE_BIG)) run_case(&cases[i]);
     return th_finish("test_gradcheck");
 }

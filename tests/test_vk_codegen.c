@@ -461,6 +461,24 @@ static void test_defines(const vk_caps *caps) {
     mn_graph_destroy(g);
 }
 
+/* Helpers duplicated across templates (there is no include mechanism) must
+ * stay identical: the text from the signature to the closing brace. */
+static bool same_function(const char *ta, const char *tb, const char *sig) {
+    const char *a = vk_template(ta), *b = vk_template(tb);
+    if (!a || !b || !(a = strstr(a, sig)) || !(b = strstr(b, sig))) return false;
+    const char *ea = strstr(a, "\n}\n"), *eb = strstr(b, "\n}\n");
+    const char *la = strchr(a, '\n'), *lb = strchr(b, '\n');
+    if (la && la[-1] == '}') ea = la; /* one-line function */
+    if (lb && lb[-1] == '}') eb = lb;
+    return ea && eb && ea - a == eb - b && memcmp(a, b, (size_t)(ea - a)) == 0;
+}
+
+static void test_shared_text(void) {
+    CHECK(same_function("eltwise", "softmax", "float mn_exp(float x)"));
+    CHECK(same_function("eltwise", "softmax", "float mn_log(float x)"));
+    CHECK(same_function("reduce", "softmax", "bool mn_beats(float v, float best)"));
+}
+
 int main(void) {
     g_cc = shaderc_compiler_initialize();
     g_opts = shaderc_compile_options_initialize();
@@ -472,6 +490,7 @@ int main(void) {
     const vk_caps tiny = {.subgroup_size = 16, .max_shared_bytes = 16384, .max_invocations = 64,
                           .max_groups = {64, 65535, 65535}};
     test_defines(&normal);
+    test_shared_text();
     run_all(&normal, "normal");
     g_grid2d = 0;
     run_all(&tiny, "tiny");
