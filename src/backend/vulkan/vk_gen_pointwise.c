@@ -154,7 +154,8 @@ static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t di
 static mn_status def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const char *var,
                             const int64_t dim[4], const int64_t st[4], char *err, size_t cap) {
     char e[VK_EXPR_CAP];
-    if (!offset_expr(e, sizeof e, var, dim, st)) return fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
+    if (!offset_expr(e, sizeof e, var, dim, st))
+        return fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
     vk_line(k, "#define %s(%s) %s", name, var, e);
     return MN_OK;
 }
@@ -335,8 +336,12 @@ static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, cons
     if (serial) {
         vk_launch_1d(k, caps, (uint64_t)r->nout, pick_local(caps, 256));
     } else {
+        /* a lone output (all axes, mse, sumsq) gets the largest group: fewer
+         * loop iterations per invocation over a long slice (lavapipe stops
+         * a shader's loops after 65535 iterations in all: with 1024
+         * invocations that is 67M elements) */
         uint64_t want = (uint64_t)r->len > min_group(caps) ? (uint64_t)r->len : min_group(caps);
-        uint32_t local = pick_local(caps, want);
+        uint32_t local = pick_local_upto(caps, want, r->nout == 1 ? 1024 : 256);
         vk_launch_1d(k, caps, (uint64_t)r->nout * local, local); /* one workgroup per output */
     }
     return MN_OK;
