@@ -17,8 +17,11 @@
  * tensor offsets come from push constants (vk_codegen.h). Index arithmetic is
  * 32-bit, so tensors are limited to 2^31 elements (an MN_E_UNSUPPORTED error).
  *
- * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), compile or
- * run anything.
+ * Exported for other families' generators: vk_gen_bcast_expr (the eltwise
+ * gather with another template) and vk_float_literal (vk_codegen.h).
+ *
+ * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), the pointwise
+ * family of issue 4 (vk_gen_pointwise_ext.c), compile or run anything.
  */
 #include <math.h>
 
