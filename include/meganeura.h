@@ -184,6 +184,64 @@ typedef struct mn_pool2d_params {
 } mn_pool2d_params;
 mn_status mn_max_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2d_params *p);
 
+/* Pointwise primitives. abs: gradient sign(x) (0 at 0). clamp: min <= max
+ * (either may be infinite); NaN passes through; the gradient flows where
+ * min < x < max strictly. pow: x^p for a finite scalar p, libm pow semantics
+ * (x < 0 with a non-integer p gives NaN); gradient p * x^(p-1) as PyTorch
+ * (0 everywhere for p == 0; inf at x == 0 for 0 < p < 1; NaN where the
+ * forward is NaN). */
+mn_status mn_abs(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_clamp(mn_graph *g, mn_tensor *out, mn_tensor x, float min, float max);
+mn_status mn_pow(mn_graph *g, mn_tensor *out, mn_tensor x, float p);
+/* cond != 0 ? a : b per element (NaN counts as true); numpy broadcasting of
+ * all three (f32). Gradient to a and b, none to cond. */
+mn_status mn_where(mn_graph *g, mn_tensor *out, mn_tensor cond, mn_tensor a, mn_tensor b);
+/* Inverted dropout: each element is zeroed with probability p (0 <= p <= 1),
+ * the others are scaled by 1/(1-p). The mask is a counter-based hash of
+ * (seed, element index), identical on every backend; backward applies the
+ * same mask to dy. Training sessions apply it (in step and run); inference
+ * sessions treat dropout as the identity. With mn_dropout the mask is the
+ * same at every step; mn_dropout_ex mixes the value of counter, an i32 scalar
+ * (rank 0 or [1]) fed like any input (e.g. the step number), into the key so
+ * each step draws a new mask. */
+mn_status mn_dropout(mn_graph *g, mn_tensor *out, mn_tensor x, float p, uint64_t seed);
+mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float p, uint64_t seed, mn_tensor counter);
+
+/* Cross-entropy with PyTorch's options. NULL p = mn_cross_entropy. With
+ * use_ignore_index, rows whose label equals ignore_index contribute nothing
+ * and the mean is over the other rows (0, with zero gradient, when every row
+ * is ignored; PyTorch gives NaN). label_smoothing in [0, 1]: the target is
+ * (1 - s) onehot + s / C. A label outside [0, C) that is not ignored
+ * contributes 0 and is still counted (PyTorch raises an error). */
+typedef struct mn_cross_entropy_params {
+    bool use_ignore_index;
+    int32_t ignore_index; /* PyTorch's default is -100 */
+    float label_smoothing;
+} mn_cross_entropy_params;
+mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels /* i32 [B] */,
+                              const mn_cross_entropy_params *p);
+
+/* Composites: subgraphs of the ops above (no kernels of their own). On error
+ * the graph is unchanged. eps > 0 is added to the variance (or mean square).
+ * rms_norm: x / sqrt(mean(x^2) + eps) * weight over the last axis;
+ * weight [D] or MN_NONE. */
+mn_status mn_rms_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor weight, float eps);
+/* (x - mean) / sqrt(var + eps) * weight + bias over the last axis (biased
+ * variance, two passes); weight, bias [D] or MN_NONE. */
+mn_status mn_layer_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor weight, mn_tensor bias, float eps);
+/* x [N,C,...] (rank 2..4), channels split into `groups` groups normalised
+ * over (C/groups, ...); weight, bias [C] or MN_NONE (per channel). */
+mn_status mn_group_norm(mn_graph *g, mn_tensor *out, mn_tensor x, int groups, mn_tensor weight, mn_tensor bias,
+                        float eps);
+/* silu(a) * b and gelu(a) * b (erf gelu), numpy broadcasting. */
+mn_status mn_swiglu(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+mn_status mn_geglu(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+/* mean(|a - b|) over all elements; a and b of one shape. */
+mn_status mn_l1_loss(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
+/* mean(max(x,0) - x*t + log(1 + exp(-|x|))) over all elements, finite for
+ * any finite logits; gradient sigmoid(x) - t (also at x == 0). */
+mn_status mn_bce_with_logits(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor targets);
+
 /* ---- sessions ------------------------------------------------------------ */
 
 typedef enum mn_backend_kind { MN_BACKEND_CPU = 0, MN_BACKEND_VULKAN = 1 } mn_backend_kind;

@@ -151,6 +151,72 @@ static mn_tensor c_stop(gc *c) {
     return y;
 }
 
+/* ---- pointwise family (issue 4) ---- */
+static mn_tensor c_abs(gc *c) { mn_tensor y; mn_abs(c->g, &y, GP(2, -1, 1, 3, 5)); return y; }
+static mn_tensor c_clamp(gc *c) { mn_tensor y; mn_clamp(c->g, &y, GP(2, -2, 2, 3, 5), -1.0f, 0.8f); return y; }
+static mn_tensor c_pow(gc *c) { mn_tensor y; mn_pow(c->g, &y, GP(2, 0.5f, 2, 3, 4), 2.5f); return y; }
+static mn_tensor c_pow_int(gc *c) { mn_tensor y; mn_pow(c->g, &y, GP(2, -1.5f, 1.5f, 1, 7), 3.0f); return y; }
+static mn_tensor c_pow_neg(gc *c) { mn_tensor y; mn_pow(c->g, &y, GP(1, 0.5f, 2, 5), -1.5f); return y; }
+/* cond [2,1,4] with zeros, a [2,3,4], b [3,1]: all three broadcast */
+static mn_tensor c_where(gc *c) {
+    float cv[8] = {1, 0, 0.5f, 0, 0, -2, 1, 0};
+    mn_tensor cond, y;
+    mn_graph_constant(c->g, &cond, 3, S(2, 1, 4), cv);
+    mn_where(c->g, &y, cond, GP(3, -1, 1, 2, 3, 4), GP(2, -1, 1, 3, 1));
+    return y;
+}
+static mn_tensor c_dropout(gc *c) { mn_tensor y; mn_dropout(c->g, &y, GP(2, -1, 1, 5, 7), 0.3f, 42); return y; }
+/* the counter is an i32 input fed through the labels slot */
+static mn_tensor c_dropout_counter(gc *c) {
+    mn_graph_input(c->g, &c->labels_in, "step", MN_I32, 0, NULL);
+    c->labels[0] = 7;
+    c->nlabels = 1;
+    mn_tensor y;
+    mn_dropout_ex(c->g, &y, GP(3, -1, 1, 3, 1, 9), 0.5f, 0x123456789abcdefull, c->labels_in);
+    return y;
+}
+static mn_tensor ce_case(gc *c, int64_t b, int64_t k, const int32_t *lab, const mn_cross_entropy_params *p) {
+    mn_graph_input(c->g, &c->labels_in, "labels", MN_I32, 1, &b);
+    memcpy(c->labels, lab, (size_t)b * sizeof *lab);
+    c->nlabels = (int)b;
+    mn_tensor y;
+    mn_cross_entropy_ex(c->g, &y, GP(2, -3, 3, b, k), c->labels_in, p);
+    return y;
+}
+static mn_tensor c_ce_ignore_smooth(gc *c) {
+    const mn_cross_entropy_params p = {true, -100, 0.1f};
+    return ce_case(c, 6, 5, (const int32_t[]){0, -100, 4, 1, -100, 2}, &p);
+}
+static mn_tensor c_ce_smooth(gc *c) {
+    const mn_cross_entropy_params p = {false, 0, 0.25f};
+    return ce_case(c, 4, 7, (const int32_t[]){6, 0, 9, 3}, &p); /* 9: out of range, counted */
+}
+static mn_tensor c_ce_ignore(gc *c) {
+    const mn_cross_entropy_params p = {true, 2, 0};
+    return ce_case(c, 5, 3, (const int32_t[]){2, 0, 1, 2, 1}, &p);
+}
+/* composites */
+static mn_tensor c_rms_norm(gc *c) { mn_tensor y; mn_rms_norm(c->g, &y, GP(3, -2, 2, 2, 3, 5), GP(1, 0.5f, 1.5f, 5), 1e-5f); return y; }
+static mn_tensor c_rms_norm_large(gc *c) { mn_tensor y; mn_rms_norm(c->g, &y, GP(2, 9e3f, 1.1e4f, 3, 7), MN_NONE, 1e-6f); return y; }
+static mn_tensor c_layer_norm(gc *c) {
+    mn_tensor y;
+    mn_layer_norm(c->g, &y, GP(2, -2, 2, 4, 7), GP(1, 0.5f, 1.5f, 7), GP(1, -1, 1, 7), 1e-5f);
+    return y;
+}
+/* values ~1e4 with a spread of ~1e3: the two-pass variance keeps them exact */
+static mn_tensor c_layer_norm_large(gc *c) { mn_tensor y; mn_layer_norm(c->g, &y, GP(2, 9e3f, 1.1e4f, 3, 5), MN_NONE, MN_NONE, 1e-5f); return y; }
+static mn_tensor c_layer_norm_d1(gc *c) { mn_tensor y; mn_layer_norm(c->g, &y, GP(2, -1, 1, 3, 1), GP(1, 0.5f, 1.5f, 1), GP(1, -1, 1, 1), 1e-5f); return y; }
+static mn_tensor c_group_norm(gc *c) {
+    mn_tensor y;
+    mn_group_norm(c->g, &y, GP(4, -2, 2, 2, 6, 3, 1), 3, GP(1, 0.5f, 1.5f, 6), GP(1, -1, 1, 6), 1e-5f);
+    return y;
+}
+static mn_tensor c_group_norm_rank3(gc *c) { mn_tensor y; mn_group_norm(c->g, &y, GP(3, -2, 2, 1, 4, 5), 1, GP(1, 0.5f, 1.5f, 4), MN_NONE, 1e-5f); return y; }
+static mn_tensor c_swiglu(gc *c) { mn_tensor y; mn_swiglu(c->g, &y, GP(2, -3, 3, 3, 5), GP(2, -1, 1, 3, 5)); return y; }
+static mn_tensor c_geglu(gc *c) { mn_tensor y; mn_geglu(c->g, &y, GP(2, -3, 3, 3, 5), GP(1, -1, 1, 5)); return y; }
+static mn_tensor c_l1(gc *c) { mn_tensor y; mn_l1_loss(c->g, &y, GP(2, -1, 1, 3, 5), GP(2, -1, 1, 3, 5)); return y; }
+static mn_tensor c_bce(gc *c) { mn_tensor y; mn_bce_with_logits(c->g, &y, GP(2, -4, 4, 3, 5), GP(2, 0, 1, 3, 5)); return y; }
+
 typedef struct gcase {
     op_id op;
     const char *name;
@@ -188,6 +254,18 @@ static const gcase cases[] = {
     {OP_CONV2D, "conv2d_gemm_stride2_groups2", c_conv2d_gemm_strided, CASE_BIG},
     {OP_MATMUL, "matmul_64x784x128", c_matmul_mnist, CASE_BIG},
     {OP_MAXPOOL2D, "maxpool2d", c_maxpool, 0}, {OP_MAXPOOL2D, "maxpool2d_overlap_pad", c_maxpool_overlap, 0},
+    /* pointwise family (issue 4); composites are filed under their defining op */
+    {OP_ABS, "abs", c_abs, 0}, {OP_CLAMP, "clamp", c_clamp, 0}, {OP_POW, "pow", c_pow, 0},
+    {OP_POW, "pow_int_negx", c_pow_int, 0}, {OP_POW, "pow_neg_exp", c_pow_neg, 0},
+    {OP_WHERE, "where_bcast3", c_where, 0}, {OP_DROPOUT, "dropout", c_dropout, 0},
+    {OP_DROPOUT, "dropout_counter", c_dropout_counter, 0},
+    {OP_CROSS_ENTROPY, "ce_ignore_smooth", c_ce_ignore_smooth, 0}, {OP_CROSS_ENTROPY, "ce_smooth", c_ce_smooth, 0},
+    {OP_CROSS_ENTROPY, "ce_ignore", c_ce_ignore, 0},
+    {OP_RSQRT, "rms_norm", c_rms_norm, 0}, {OP_RSQRT, "rms_norm_1e4", c_rms_norm_large, 0},
+    {OP_RSQRT, "layer_norm", c_layer_norm, 0}, {OP_RSQRT, "layer_norm_1e4", c_layer_norm_large, 0},
+    {OP_RSQRT, "layer_norm_d1", c_layer_norm_d1, 0}, {OP_RSQRT, "group_norm", c_group_norm, 0},
+    {OP_RSQRT, "group_norm_rank3_g1", c_group_norm_rank3, 0}, {OP_SILU, "swiglu", c_swiglu, 0},
+    {OP_GELU, "geglu", c_geglu, 0}, {OP_ABS, "l1_loss", c_l1, 0}, {OP_LOG, "bce_with_logits", c_bce, 0},
 };
 
 

@@ -381,6 +381,53 @@ static void build_optim(mn_graph *g) {
     }
 }
 
+/* The pointwise family (issue 4): abs, clamp, pow (special exponents), where
+ * with three-way broadcasting, dropout (p = 0, 1, with a counter), pw_bwd of
+ * each op, ce_count, cross_entropy with ignore_index / label smoothing and
+ * its backward with the count input; odd sizes and a large flat tensor. */
+static void build_pointwise(mn_graph *g) {
+    const struct {
+        int r;
+        int64_t s[4];
+    } shapes[] = {{1, {7}}, {0, {0}}, {4, {2, 3, 4, 5}}, {1, {1000003}}};
+    static const float pows[] = {2.0f, 3.0f, -1.0f, 0.5f, 2.5f, 0.0f, -2.5f, 100.0f};
+    mn_tensor ctr = in_i(g, 0, NULL);
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        mn_tensor x = in_f(g, shapes[i].r, shapes[i].s), dy = in_f(g, shapes[i].r, shapes[i].s), y;
+        CHECK_OK(mn_abs(g, &y, x), mn_graph_error(g));
+        CHECK_OK(mn_clamp(g, &y, x, -1.0f, 2.0f), mn_graph_error(g));
+        CHECK_OK(mn_clamp(g, &y, x, -INFINITY, 0.0f), mn_graph_error(g));
+        for (size_t p = 0; p < MN_ARRAY_LEN(pows); p++) {
+            CHECK_OK(mn_pow(g, &y, x, pows[p]), mn_graph_error(g));
+            add(g, (spec){.op = OP_PW_BWD, .nin = 2, .in = {x, dy}, .ip = {OP_POW}, .fp = {pows[p]}});
+        }
+        add(g, (spec){.op = OP_PW_BWD, .nin = 2, .in = {x, dy}, .ip = {OP_ABS}});
+        add(g, (spec){.op = OP_PW_BWD, .nin = 2, .in = {x, dy}, .ip = {OP_CLAMP}, .fp = {-1, 1}});
+        CHECK_OK(mn_dropout(g, &y, x, 0.0f, 1), mn_graph_error(g));
+        CHECK_OK(mn_dropout(g, &y, x, 0.25f, 0xffffffffffffull), mn_graph_error(g));
+        CHECK_OK(mn_dropout(g, &y, x, 1.0f, 3), mn_graph_error(g));
+        CHECK_OK(mn_dropout_ex(g, &y, x, 0.5f, 3, ctr), mn_graph_error(g));
+        CHECK_OK(mn_where(g, &y, x, x, dy), mn_graph_error(g));
+    }
+    mn_tensor c = in_f(g, 3, SH(2, 1, 5)), a = in_f(g, 2, SH(3, 1)), b = in_f(g, 0, NULL), y;
+    CHECK_OK(mn_where(g, &y, c, a, b), mn_graph_error(g));
+    CHECK_OK(mn_where(g, &y, b, c, a), mn_graph_error(g));
+    /* cross_entropy options, short and long rows, one and many rows */
+    const int64_t rc[][2] = {{4, 10}, {3, 1000}, {1, 1}, {70000, 40}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(rc); i++) {
+        mn_tensor x = in_f(g, 2, rc[i]), lab = in_i(g, 1, SH(rc[i][0])), dl = in_f(g, 0, NULL), l;
+        const mn_cross_entropy_params ps[3] = {{true, -100, 0}, {false, 0, 0.1f}, {true, 3, 0.2f}};
+        for (int k = 0; k < 3; k++) {
+            CHECK_OK(mn_cross_entropy_ex(g, &l, x, lab, &ps[k]), mn_graph_error(g));
+            const node ln = g->nodes[l];
+            mn_tensor cnt = add(g, (spec){.op = OP_CE_COUNT, .nin = 1, .in = {lab}, .ip = {ln.ip[0], ln.ip[1]}});
+            spec bw = {.op = OP_CROSS_ENTROPY_BWD, .nin = ln.ip[0] ? 4 : 3, .in = {x, lab, dl, cnt},
+                       .ip = {ln.ip[0], ln.ip[1]}, .fp = {ln.fp[0]}};
+            add(g, bw);
+        }
+    }
+}
+
 typedef void (*build_fn)(mn_graph *);
 
 static void run_all(const vk_caps *caps, const char *what) {
@@ -388,7 +435,8 @@ static void run_all(const vk_caps *caps, const char *what) {
         const char *name;
         build_fn fn;
     } builds[] = {{"binary", build_binary}, {"unary", build_unary}, {"reduce", build_reduce},
-                  {"layout", build_layout}, {"rows", build_rows},   {"optim", build_optim}};
+                  {"layout", build_layout}, {"rows", build_rows},   {"optim", build_optim},
+                  {"pointwise", build_pointwise}};
     for (size_t b = 0; b < MN_ARRAY_LEN(builds); b++) {
         mn_graph *g = NULL;
         CHECK_OK(mn_graph_create(&g), "create");

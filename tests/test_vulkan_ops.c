@@ -36,6 +36,7 @@ static double tolerance(op_id op) {
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_SIGMOID: case OP_TANH:
     case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_SOFTMAX: case OP_LOG_SOFTMAX:
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_DENSE:
+    case OP_POW: /* mn_pow: exp(p log|x|), about |p log x| 2^-24 relative */
         return 1e-10;
     case OP_CONV2D: case OP_SUM: case OP_MEAN: case OP_REDUCE_TO: case OP_MSE:
         return 1e-11;

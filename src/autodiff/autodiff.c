@@ -192,10 +192,24 @@ static mn_status grad_reduce_to(adctx *c, const node *n, int32_t y, int32_t dy, 
     return helper(c, &dx[0], OP_BROADCAST, 1, &dy, &x, NULL, 0);
 }
 
+/* With ignore_index the mean is over the rows not ignored: their count (a
+ * CE_COUNT node) is the backward's fourth input. */
 static mn_status grad_cross_entropy(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    int32_t in[3] = {n->in[0], n->in[1], dy};
+    int32_t in[4] = {n->in[0], n->in[1], dy, MN_NONE};
     const node lg = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_CROSS_ENTROPY_BWD, 3, in, &lg, NULL, 0);
+    mn_status st;
+    if (n->ip[0] && (st = helper(c, &in[3], OP_CE_COUNT, 1, &n->in[1], NULL, n->ip, 2))) return st;
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_CROSS_ENTROPY_BWD;
+    p.nin = n->ip[0] ? 4 : 3;
+    p.lr_mult = 1.0f;
+    memcpy(p.in, in, sizeof in);
+    memcpy(p.ip, n->ip, sizeof p.ip);
+    memcpy(p.fp, n->fp, sizeof p.fp);
+    p.rank = lg.rank;
+    memcpy(p.shape, lg.shape, sizeof p.shape);
+    return graph_add(c->g, &dx[0], &p);
 }
 
 static mn_status grad_cross_entropy_dense(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -247,6 +261,46 @@ static mn_status grad_maxpool2d(adctx *c, const node *n, int32_t y, int32_t dy, 
     int32_t in[2] = {n->in[0], dy};
     const node x = c->g->nodes[n->in[0]];
     return helper(c, &dx[0], OP_MAXPOOL2D_BWD, 2, in, &x, n->ip, 6);
+}
+
+/* ---- pointwise family (issue 4) ---- */
+
+/* abs, clamp, pow: (x, dy) -> dx through PW_BWD with the forward's params. */
+static mn_status grad_pw(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_PW_BWD;
+    p.nin = 2;
+    p.in[0] = n->in[0];
+    p.in[1] = dy;
+    p.ip[0] = n->op;
+    memcpy(p.fp, n->fp, sizeof p.fp);
+    p.lr_mult = 1.0f;
+    return graph_add(c->g, &dx[0], &p);
+}
+
+/* d a = where(cond, dy, 0), d b = where(cond, 0, dy), each summed down to its
+ * input's shape; cond gets none. */
+static mn_status grad_where(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t zero, t;
+    mn_status st;
+    if (!need(c, n, 1) && !need(c, n, 2)) return MN_OK;
+    if ((st = mn_graph_scalar(c->g, &zero, 0.0f))) return st;
+    if (need(c, n, 1) && ((st = mn_where(c->g, &t, n->in[0], dy, zero)) || (st = unbroadcast(c, &dx[1], t, n, 1))))
+        return st;
+    if (need(c, n, 2) && ((st = mn_where(c->g, &t, n->in[0], zero, dy)) || (st = unbroadcast(c, &dx[2], t, n, 2))))
+        return st;
+    return MN_OK;
+}
+
+/* The same mask (same seed, counter and element indices) applied to dy. */
+static mn_status grad_dropout(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    node p = *n;
+    p.in[0] = dy;
+    p.flags = 0;
+    p.name = NULL;
+    p.data = NULL;
+    return graph_add(c->g, &dx[0], &p);
 }
 
 static const grad_fn grad_table[OP_COUNT] = {

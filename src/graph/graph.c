@@ -14,7 +14,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 49, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 56, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -368,6 +368,24 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         break;
     case OP_UNARY_BWD: fprintf(f, " of=%s", op_table[n->ip[0]].name); break;
     case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", n->ip[0] ? "targets" : "logits"); break;
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD:
+        if (n->ip[0]) fprintf(f, " ignore_index=%lld", (long long)n->ip[1]);
+        if (n->fp[0] != 0) fprintf(f, " smoothing=%.9g", n->fp[0]);
+        break;
+    case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)n->ip[1]); break;
+    case OP_CLAMP: fprintf(f, " min=%.9g max=%.9g", n->fp[0], n->fp[1]); break;
+    case OP_POW: fprintf(f, " p=%.9g", n->fp[0]); break;
+    case OP_DROPOUT: {
+        uint64_t seed;
+        memcpy(&seed, &n->ip[0], sizeof seed);
+        fprintf(f, " p=%.9g seed=%llu", n->fp[0], (unsigned long long)seed);
+        break;
+    }
+    case OP_PW_BWD:
+        fprintf(f, " of=%s", op_table[n->ip[0]].name);
+        if (n->ip[0] == OP_CLAMP) fprintf(f, " min=%.9g max=%.9g", n->fp[0], n->fp[1]);
+        if (n->ip[0] == OP_POW) fprintf(f, " p=%.9g", n->fp[0]);
+        break;
     case OP_SGD_UPDATE:
         fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld", n->fp[0], n->fp[1], n->fp[4],
                 (long long)n->ip[0]);

@@ -5,6 +5,8 @@
  * is a status plus a message naming the op and the shapes involved; nothing
  * here asserts on user input. Does not: allocate nodes (graph.c does).
  */
+#include <math.h>
+
 #include "graph/graph.h"
 
 #define IN(i) (&g->nodes[n->in[i]])
@@ -251,6 +253,75 @@ static mn_status infer_maxpool(mn_graph *g, node *n) {
 
 static void copy_shape_of(node *n, const node *x) { set_shape(n, x->rank, x->shape); }
 
+/* The pointwise family (issue 4): abs, clamp, pow, where, dropout and their
+ * helpers pw_bwd and ce_count; parameters are checked here too. */
+static mn_status infer_pointwise(mn_graph *g, node *n) {
+    char sa[96], sb[96], sc[96];
+    const char *on = op_table[n->op].name;
+    mn_status st;
+    switch (n->op) {
+    case OP_ABS: case OP_CLAMP: case OP_POW:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (n->op == OP_CLAMP && !(n->fp[0] <= n->fp[1])) /* also NaN */
+            return graph_fail(g, MN_E_INVALID, "clamp: min %g must be <= max %g", n->fp[0], n->fp[1]);
+        if (n->op == OP_POW && !isfinite(n->fp[0]))
+            return graph_fail(g, MN_E_INVALID, "pow: exponent %g must be finite", n->fp[0]);
+        copy_shape_of(n, IN(0));
+        return MN_OK;
+    case OP_WHERE: {
+        for (int i = 0; i < 3; i++)
+            if ((st = need_f32(g, n, i))) return st;
+        const node *c = IN(0), *a = IN(1), *b = IN(2);
+        int r;
+        int64_t s[MN_MAX_RANK];
+        if (!broadcast_shape(&r, s, c->rank, c->shape, a->rank, a->shape) ||
+            !broadcast_shape(&r, s, r, s, b->rank, b->shape))
+            return graph_fail(g, MN_E_SHAPE, "where: shapes %s (cond), %s (a) and %s (b) do not broadcast",
+                              SHP(sa, c), SHP(sb, a), SHP(sc, b));
+        set_shape(n, r, s);
+        return MN_OK;
+    }
+    case OP_DROPOUT:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (!(n->fp[0] >= 0 && n->fp[0] <= 1))
+            return graph_fail(g, MN_E_INVALID, "dropout: probability %g outside [0, 1]", n->fp[0]);
+        if (n->nin == 2 && (IN(1)->dtype != MN_I32 || node_numel(IN(1)) != 1))
+            return graph_fail(g, MN_E_DTYPE, "dropout: the counter must be an i32 scalar, got %s %s",
+                              mn_dtype_name(IN(1)->dtype), SHP(sa, IN(1)));
+        copy_shape_of(n, IN(0));
+        return MN_OK;
+    case OP_PW_BWD:
+        if (n->ip[0] != OP_ABS && n->ip[0] != OP_CLAMP && n->ip[0] != OP_POW)
+            return graph_fail(g, MN_E_INVALID, "pw_bwd: ip[0] = %lld is not abs, clamp or pow", (long long)n->ip[0]);
+        copy_shape_of(n, IN(0));
+        return same_shape(g, n, 0, 1);
+    case OP_CE_COUNT:
+        if (IN(0)->dtype != MN_I32 || IN(0)->rank != 1)
+            return graph_fail(g, MN_E_DTYPE, "ce_count: labels must be i32 [B], got %s %s",
+                              mn_dtype_name(IN(0)->dtype), SHP(sa, IN(0)));
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    default:
+        return graph_fail(g, MN_E_INVALID, "%s: not a pointwise-family op", on);
+    }
+}
+
+/* The options of cross_entropy (and its backward): ip[0] in {0, 1}, fp[0] in
+ * [0, 1]; the backward's optional count is an f32 scalar. */
+static mn_status infer_ce_options(mn_graph *g, const node *n) {
+    const char *on = op_table[n->op].name;
+    char sa[96];
+    if (n->ip[0] != 0 && n->ip[0] != 1)
+        return graph_fail(g, MN_E_INVALID, "%s: ip[0] (use ignore_index) is %lld", on, (long long)n->ip[0]);
+    if (n->ip[0] && (n->ip[1] < INT32_MIN || n->ip[1] > INT32_MAX))
+        return graph_fail(g, MN_E_INVALID, "%s: ignore_index %lld is not an i32", on, (long long)n->ip[1]);
+    if (!(n->fp[0] >= 0 && n->fp[0] <= 1))
+        return graph_fail(g, MN_E_INVALID, "%s: label smoothing %g outside [0, 1]", on, n->fp[0]);
+    if (n->nin == 4 && (IN(3)->dtype != MN_F32 || node_numel(IN(3)) != 1))
+        return graph_fail(g, MN_E_SHAPE, "%s: the row count must be an f32 scalar, got %s", on, SHP(sa, IN(3)));
+    return MN_OK;
+}
+
 mn_status graph_infer(mn_graph *g, node *n) {
     char sa[96], sb[96];
     const char *on = op_table[n->op].name;
@@ -305,6 +376,7 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return MN_OK;
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_DENSE:
         if ((st = infer_logits_pair(g, n, n->op == OP_CROSS_ENTROPY_DENSE))) return st;
+        if (n->op == OP_CROSS_ENTROPY && (st = infer_ce_options(g, n))) return st;
         set_shape(n, 0, NULL);
         return MN_OK;
     case OP_MSE:
@@ -325,7 +397,8 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return same_shape(g, n, 0, 1);
     case OP_CROSS_ENTROPY_BWD:
         copy_shape_of(n, IN(0));
-        return infer_logits_pair(g, n, false);
+        if ((st = infer_logits_pair(g, n, false))) return st;
+        return infer_ce_options(g, n);
     case OP_CROSS_ENTROPY_DENSE_BWD:
         copy_shape_of(n, IN(0));
         return infer_logits_pair(g, n, true);
@@ -339,6 +412,8 @@ mn_status graph_infer(mn_graph *g, node *n) {
     case OP_CLIP_COEF: case OP_SUMSQ:
         set_shape(n, 0, NULL);
         return MN_OK;
+    case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_DROPOUT: case OP_PW_BWD: case OP_CE_COUNT:
+        return infer_pointwise(g, n);
     case OP_COUNT:
         break;
     }

@@ -17,6 +17,7 @@ static bool op_inplace(op_id op) {
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RELU: case OP_SIGMOID:
     case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_STOP_GRAD:
     case OP_UNARY_BWD:
+    case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_DROPOUT: case OP_PW_BWD: /* pointwise family */
         return true;
     default:
         return false;

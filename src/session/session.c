@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "autodiff/autodiff.h"
+#include "graph/pointwise.h"
 #include "io/safetensors.h"
 #include "optim/optim.h"
 #include "passes/passes.h"
@@ -178,6 +179,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
     s->nuser = g->n;
+    if (!training) graph_dropout_to_identity(g); /* dropout is the identity in inference */
     if (training) {
         if (g->loss == MN_NONE)
             return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");

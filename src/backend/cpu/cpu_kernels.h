@@ -14,11 +14,12 @@
  * input that has out's shape for ADD/SUB/MUL/DIV, the unary ops (SCALE ..
  * SILU, STOP_GRAD), UNARY_BWD, SOFTMAX, LOG_SOFTMAX, SOFTMAX_BWD,
  * LOG_SOFTMAX_BWD, CROSS_ENTROPY_BWD and CROSS_ENTROPY_DENSE_BWD (each
- * element, or row, is read before it is written). RESHAPE expects out ==
+ * element, or row, is read before it is written), and the pointwise family's
+ * ABS, CLAMP, POW, WHERE, DROPOUT, PW_BWD (kernels_pointwise.h). RESHAPE expects out ==
  * in[0] (it copies otherwise). SGD_UPDATE/ADAM_UPDATE write the new
  * parameter through out, normally the storage of in[0], and their state
  * through in[2]/in[3]. Every other kernel (MATMUL, PERMUTE, BROADCAST,
- * REDUCE_TO, SUM/MEAN/MAX, MAX_BWD, losses, CONV2D*, MAXPOOL2D*) needs out
+ * REDUCE_TO, SUM/MEAN/MAX, MAX_BWD, losses, CE_COUNT, CONV2D*, MAXPOOL2D*) needs out
  * distinct from its inputs.
  *
  * Does not: check shapes (the graph's shape rules did), allocate memory,

@@ -10,6 +10,7 @@
  * node structs of graph.h.
  */
 #include "backend/cpu/cpu_kernels.h"
+#include "graph/pointwise.h"
 
 #include <math.h>
 #include <tgmath.h>

@@ -310,41 +310,67 @@ KN_DEF(reduce_to) {
 
 /* ---- losses (scalar outputs, mean over rows B) --------------------------- */
 
-/* logits [B,C], labels i32 [B] -> mean_b(lse_b - x[b,label_b]); a label
- * outside [0,C) contributes 0 (still counted in B). */
+/* logits [B,C], labels i32 [B] -> mean over counted rows of
+ * lse_b - (1 - s) x[b,label_b] - s mean_c x[b,c] (s = fp[0], label
+ * smoothing; PyTorch's formula). With ip[0] = 1 a row whose label == ip[1]
+ * (ignore_index) is skipped and not counted (0 if no row is counted); a label
+ * outside [0,C) contributes 0 but is counted. */
 KN_DEF(cross_entropy) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
+    const double eps = n->fp[0];
     double tot = 0;
+    int64_t cnt = 0;
     for (int64_t b = 0; b < B; b++) {
+        if (n->ip[0] && lab[b] == n->ip[1]) continue;
+        cnt++;
         if (lab[b] < 0 || lab[b] >= C) continue;
         const real *x = (const real *)in[0] + b * C;
         real m;
         const double s = KN(row_stats)(x, C, &m);
-        tot += log(s) + (double)m - (double)x[lab[b]];
+        if (eps == 0) {
+            tot += log(s) + (double)m - (double)x[lab[b]];
+        } else {
+            double sx = 0;
+            for (int64_t j = 0; j < C; j++) sx += (double)x[j];
+            /* lse - (1-eps) x_y - eps mean(x), written as differences from the
+             * row max so that large logits do not cancel */
+            tot += log(s) + (1 - eps) * ((double)m - (double)x[lab[b]]) + eps * ((double)m - sx / (double)C);
+        }
     }
-    *(real *)out = (real)(tot / (double)B);
+    *(real *)out = (real)(cnt ? tot / (double)cnt : 0.0);
 }
 
-/* (logits, labels, dloss) -> (softmax - onehot) * dloss / B; rows with an
- * out-of-range label get 0. */
+/* (logits, labels, dloss[, count]) -> (softmax - target) * dloss / count with
+ * target = (1 - s) onehot + s / C; count = in[3] if present, else the rows
+ * not ignored (B without ignore_index); 0 if count is 0. Ignored rows and
+ * rows with an out-of-range label get 0. */
 KN_DEF(cross_entropy_bwd) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
-    const double scale = (double)*(const real *)in[2] / (double)B;
+    const double eps = n->fp[0];
+    double count = (double)B;
+    if (n->nin > 3) {
+        count = (double)*(const real *)in[3];
+    } else if (n->ip[0]) {
+        count = 0;
+        for (int64_t b = 0; b < B; b++) count += lab[b] != n->ip[1];
+    }
+    const double scale = count > 0 ? (double)*(const real *)in[2] / count : 0.0;
     for (int64_t b = 0; b < B; b++) {
         const real *x = (const real *)in[0] + b * C;
         real *dx = (real *)out + b * C, m;
-        if (lab[b] < 0 || lab[b] >= C) {
+        if (lab[b] < 0 || lab[b] >= C || (n->ip[0] && lab[b] == n->ip[1])) {
             for (int64_t j = 0; j < C; j++) dx[j] = 0;
             continue;
         }
         const double s = KN(row_stats)(x, C, &m);
         for (int64_t j = 0; j < C; j++) {
             const double p = exp((double)x[j] - (double)m) / s;
-            dx[j] = (real)((p - (j == lab[b] ? 1.0 : 0.0)) * scale);
+            const double t = eps == 0 ? (j == lab[b] ? 1.0 : 0.0) : (j == lab[b] ? 1 - eps : 0.0) + eps / (double)C;
+            dx[j] = (real)((p - t) * scale);
         }
     }
 }
@@ -661,6 +687,9 @@ KN_DEF(sumsq) {
     for (int64_t i = 0, cnt = kn_numel(kn_in(g, n, 0)); i < cnt; i++) s += (double)x[i] * (double)x[i];
     *(real *)out = (real)s;
 }
+
+/* the pointwise family (issue 4) */
+#include "backend/cpu/kernels_pointwise.h"
 
 /* ---- the table ----------------------------------------------------------- */
 

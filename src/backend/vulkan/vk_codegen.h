@@ -62,6 +62,14 @@ typedef mn_status (*vk_gen_fn)(vk_kernel *k, const mn_graph *g, const node *n, c
 #include "graph/ops.def"
 #undef MN_OP
 
+/* The eltwise gather of vk_gen_pointwise.c (NIN, IX0..IX2 with the inputs
+ * broadcast to the node's shape, EXPR(a, b, c), a 1-D launch) for another
+ * template following eltwise.glsl's contract. */
+mn_status vk_gen_bcast_expr(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *tmpl,
+                            const char *expr, char *err, size_t cap);
+/* A GLSL float literal that reads back as exactly v (cap >= 48). */
+void vk_float_literal(char *out, size_t cap, float v);
+
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
 /* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */

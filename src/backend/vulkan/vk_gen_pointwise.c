@@ -17,8 +17,11 @@
  * tensor offsets come from push constants (vk_codegen.h). Index arithmetic is
  * 32-bit, so tensors are limited to 2^31 elements (an MN_E_UNSUPPORTED error).
  *
- * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), compile or
- * run anything.
+ * Exported for other families' generators: vk_gen_bcast_expr (the eltwise
+ * gather with another template) and vk_float_literal (vk_codegen.h).
+ *
+ * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), the pointwise
+ * family of issue 4 (vk_gen_pointwise_ext.c), compile or run anything.
  */
 #include <math.h>
 
@@ -429,6 +432,24 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
     vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
     vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && n->ip[0] == 1 ? 1 : 0);
+    if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
+        /* options: ignore_index (ip[0], ip[1]), label smoothing (fp[0]), and
+         * the backward's row count input (CE_COUNT) */
+        const double eps = n->fp[0];
+        if (n->ip[0]) {
+            if (n->op == OP_CROSS_ENTROPY_BWD && n->nin < 4)
+                return fail(g, n, MN_E_INVALID, err, cap, "ignore_index needs the row count input (ce_count)");
+            vk_def(k, "CE_IGNORE", "1");
+            vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)n->ip[1]);
+        }
+        if (n->nin > 3) vk_def(k, "CE_HAS_COUNT", "1");
+        if (eps != 0) {
+            vk_def(k, "CE_HAS_SMOOTH", "1");
+            vk_def(k, "CE_SMOOTH", "%s", flit_of((float)eps).s);
+            vk_def(k, "CE_ONE_M_SMOOTH", "%s", flit_of((float)(1.0 - eps)).s);
+            vk_def(k, "CE_SMOOTH_C", "%s", flit_of((float)(eps / (double)C)).s);
+        }
+    }
     if (loss) {
         k->local[0] = local;
         k->groups[0] = k->groups[1] = k->groups[2] = 1;
@@ -531,3 +552,14 @@ mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_launch_1d(k, caps, 1, 1);
     return MN_OK;
 }
+
+/* ---- for other families ---------------------------------------------------- */
+
+mn_status vk_gen_bcast_expr(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *tmpl,
+                            const char *expr, char *err, size_t cap) {
+    mn_status s = gen_bcast(k, g, n, caps, expr, err, cap);
+    if (!s) k->tmpl = tmpl;
+    return s;
+}
+
+void vk_float_literal(char *out, size_t cap, float v) { snprintf(out, cap, "%s", flit_of(v).s); }

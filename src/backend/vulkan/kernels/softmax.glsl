@@ -12,6 +12,12 @@
 //                 it, statistics reduced in shared memory);
 //              0: a row is handled by one invocation
 //   CE_WRT_T   cross_entropy_dense_bwd only: 1 = gradient wrt the targets
+//   cross_entropy(_bwd) options, each absent = off:
+//   CE_IGNORE, CE_IGNORE_INDEX  rows with that label are skipped and not
+//              counted (the loss divides by the rows counted, 0 if none)
+//   CE_HAS_SMOOTH, CE_SMOOTH, CE_ONE_M_SMOOTH, CE_SMOOTH_C  label smoothing
+//              s, 1 - s, s / NC: target = (1 - s) onehot + s / NC
+//   CE_HAS_COUNT  backward: X3(0) is the row count dividing dloss (else ROWS)
 //
 // Row ops: one workgroup per row (ROW_COOP) or one invocation per row.
 // Losses: one workgroup; with ROW_COOP it walks the rows one after another,
@@ -35,6 +41,16 @@
 #define SM_CE_DENSE 7
 
 #define SM_LOSS (SM_OP == SM_CE || SM_OP == SM_CE_DENSE)
+
+#ifndef CE_IGNORE
+#define CE_IGNORE 0
+#endif
+#ifndef CE_HAS_SMOOTH
+#define CE_HAS_SMOOTH 0
+#endif
+#ifndef CE_HAS_COUNT
+#define CE_HAS_COUNT 0
+#endif
 
 #define MN_INF uintBitsToFloat(0x7f800000u)
 #define MN_NAN uintBitsToFloat(0x7fc00000u)
@@ -151,15 +167,31 @@ float row_sumexp(uint base, float m) {
 
 #if SM_LOSS
 
-// Loss term of row b (cross_entropy: lse - x[label]; dense: sum t * log_softmax).
-float row_loss(uint b) {
+// Loss term of row b (cross_entropy: lse - x[label], with smoothing
+// log(s) + (1 - eps)(m - x[label]) + eps (m - mean x); dense: sum t *
+// log_softmax). counted: 1 if the row counts in the mean (not ignored).
+float row_loss(uint b, out float counted) {
     uint base = b * NC;
+    counted = 1.0;
 #if SM_OP == SM_CE
     int lab = X1I(b);
+#if CE_IGNORE
+    if (lab == CE_IGNORE_INDEX) { // uniform: one row per step
+        counted = 0.0;
+        return 0.0;
+    }
+#endif
     if (lab < 0 || lab >= int(NC)) return 0.0; // uniform: one row per step
     float m = row_max(base);
     float s = row_sumexp(base, m);
+#if CE_HAS_SMOOTH
+    float sx = 0.0;
+    for (uint j = LANE; j < NC; j += STEP) sx += X0(base + j);
+    sx = ROW_SUM(sx);
+    return mn_log(s) + CE_ONE_M_SMOOTH * (m - X0(base + uint(lab))) + CE_SMOOTH * (m - sx / float(NC));
+#else
     return mn_log(s) + (m - X0(base + uint(lab)));
+#endif
 #else
     float m = row_max(base);
     float ls = mn_log(row_sumexp(base, m));
@@ -171,15 +203,26 @@ float row_loss(uint b) {
 
 void main() {
     uint t = gl_LocalInvocationID.x;
-    float tot = 0.0;
+    float tot = 0.0, cnt = 0.0, c;
 #if ROW_COOP
-    for (uint b = 0u; b < ROWS; b++) tot += row_loss(b); // same value in every invocation
+    for (uint b = 0u; b < ROWS; b++) { // same value in every invocation
+        tot += row_loss(b, c);
+        cnt += c;
+    }
 #else
-    for (uint b = t; b < ROWS; b += LOCAL_X) tot += row_loss(b);
+    for (uint b = t; b < ROWS; b += LOCAL_X) {
+        tot += row_loss(b, c);
+        cnt += c;
+    }
     tot = wg_sum(tot);
+#if CE_IGNORE
+    cnt = wg_sum(cnt);
+#endif
 #endif
     if (t != 0u) return;
-#if SM_OP == SM_CE
+#if SM_OP == SM_CE && CE_IGNORE
+    Y(0) = cnt > 0.0 ? tot / cnt : 0.0;
+#elif SM_OP == SM_CE
     Y(0) = tot / ROWS_F;
 #else
     Y(0) = -tot / ROWS_F;
@@ -211,7 +254,11 @@ void row_op(uint row) {
 #else
 #if SM_OP == SM_CE_BWD
     int lab = X1I(row);
-    if (lab < 0 || lab >= int(NC)) { // uniform over the row's invocations
+    bool skip = lab < 0 || lab >= int(NC);
+#if CE_IGNORE
+    skip = skip || lab == CE_IGNORE_INDEX;
+#endif
+    if (skip) { // uniform over the row's invocations
         for (uint j = LANE; j < NC; j += STEP) Y(base + j) = 0.0;
         return;
     }
@@ -225,11 +272,21 @@ void row_op(uint row) {
     float ls = mn_log(s);
     for (uint j = LANE; j < NC; j += STEP) Y(base + j) = (X0(base + j) - m) - ls;
 #elif SM_OP == SM_CE_BWD
-    // (softmax - onehot) * dloss / B
+    // (softmax - target) * dloss / count
+#if CE_HAS_COUNT
+    float cnt = X3(0);
+    float scale = cnt > 0.0 ? X2(0) / cnt : 0.0;
+#else
     float scale = X2(0) / ROWS_F;
+#endif
     for (uint j = LANE; j < NC; j += STEP) {
         float p = mn_exp(X0(base + j) - m) / s;
-        Y(base + j) = (p - (j == uint(lab) ? 1.0 : 0.0)) * scale;
+#if CE_HAS_SMOOTH
+        float tgt = (j == uint(lab) ? CE_ONE_M_SMOOTH : 0.0) + CE_SMOOTH_C;
+#else
+        float tgt = j == uint(lab) ? 1.0 : 0.0;
+#endif
+        Y(base + j) = (p - tgt) * scale;
     }
 #elif SM_OP == SM_CE_DENSE_BWD
     float scale = X2(0) / ROWS_F;
