@@ -241,6 +241,90 @@ mn_status mn_l1_loss(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b);
 /* mean(max(x,0) - x*t + log(1 + exp(-|x|))) over all elements, finite for
  * any finite logits; gradient sigmoid(x) - t (also at x == 0). */
 mn_status mn_bce_with_logits(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor targets);
+/* ---- layout, pooling, upsampling, normalisation (layout family) ---------- */
+
+/* The part [start, start + length) of one axis (negative axis counts from
+ * the end); the other dims are kept. Gradient: zero padding. */
+mn_status mn_slice(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, int64_t start, int64_t length);
+/* Zero padding: before[i] cells before and after[i] cells after axis i, for
+ * every axis of x (arrays of x's rank, values >= 0; rank <= 4). */
+mn_status mn_pad(mn_graph *g, mn_tensor *out, mn_tensor x, const int64_t *before, const int64_t *after);
+/* Joins n >= 2 tensors along axis; every other dim must agree. Up to 6 inputs
+ * make one node; more are joined in groups (a chain of concats). */
+mn_status mn_concat(mn_graph *g, mn_tensor *out, const mn_tensor *xs, int n, int axis);
+/* Cuts axis into n consecutive slices: outs[i] has sizes[i] there (sizes may
+ * be NULL: n equal parts, the axis must divide by n). outs has n entries. */
+mn_status mn_split(mn_graph *g, mn_tensor *outs, mn_tensor x, int axis, int n, const int64_t *sizes);
+/* Expands x to shape by numpy broadcasting (size-1 or missing leading dims). */
+mn_status mn_broadcast_to(mn_graph *g, mn_tensor *out, mn_tensor x, int rank, const int64_t *shape);
+/* Average pooling, NCHW, like PyTorch's avg_pool2d (ceil_mode false; the
+ * padding at most half the kernel). count_include_pad (PyTorch's default:
+ * true) divides every window by the kernel area; false divides by the number
+ * of cells of the window inside x. */
+mn_status mn_avg_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2d_params *p,
+                        bool count_include_pad);
+/* [N,C,H,W] -> [N,C,1,1], the mean over H and W (a composite: reshape + mean). */
+mn_status mn_global_avg_pool(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* Nearest-neighbour upsampling, NCHW: [N,C,H,W] -> [N,C,H*scale_h,W*scale_w]
+ * (each value repeated in a scale_h x scale_w block). */
+mn_status mn_upsample_nearest2d(mn_graph *g, mn_tensor *out, mn_tensor x, int scale_h, int scale_w);
+/* [N,C,H,W] -> [N,C,2H,2W]. */
+mn_status mn_upsample_nearest2x(mn_graph *g, mn_tensor *out, mn_tensor x);
+
+/* 1-D convolution, NCL: x [N,C,L], w [O,C/groups,K], bias [O] or MN_NONE ->
+ * [N,O,L_out], L_out = (L + 2*padding - dilation*(K-1) - 1) / stride + 1.
+ * A composite: conv2d over [N,C,1,L]. */
+typedef struct mn_conv1d_params {
+    int stride;   /* 0 means 1 */
+    int padding;
+    int dilation; /* 0 means 1 */
+    int groups;   /* 0 means 1 */
+} mn_conv1d_params;
+mn_status mn_conv1d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_tensor bias,
+                    const mn_conv1d_params *p);
+/* Transposed convolution like PyTorch's conv_transpose2d: x [N,C_in,H,W],
+ * w [C_in, C_out/groups, KH, KW], bias [C_out] or MN_NONE ->
+ * [N, C_out, H_out, W_out], H_out = (H-1)*stride - 2*padding +
+ * dilation*(KH-1) + output_padding + 1. output_padding must be smaller than
+ * the stride (PyTorch also allows smaller than the dilation; not here). */
+typedef struct mn_conv_transpose2d_params {
+    int stride[2];         /* h, w; 0 means 1 */
+    int padding[2];        /* h, w */
+    int output_padding[2]; /* h, w */
+    int dilation[2];       /* h, w; 0 means 1 */
+    int groups;            /* 0 means 1 */
+} mn_conv_transpose2d_params;
+mn_status mn_conv_transpose2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_tensor bias,
+                              const mn_conv_transpose2d_params *p);
+
+/* Batch normalisation over [N,C,H,W] per channel, like PyTorch's
+ * BatchNorm2d. weight, bias: [C] or MN_NONE (affine off). running_mean,
+ * running_var: [C] parameters that the call freezes (no gradient, no
+ * optimizer update; saved and loaded by name in checkpoints like any
+ * parameter; initialise them with zeros and ones).
+ * training: normalise with the batch statistics (biased variance) and, at
+ *   every training step (mn_session_step), update the running statistics in
+ *   place: r = (1 - momentum) * r + momentum * s, with the unbiased batch
+ *   variance for running_var. N*H*W must be at least 2. mn_session_run does
+ *   not update them, but still normalises with batch statistics: evaluate
+ *   with a graph built with training = false and the same parameter names.
+ * not training: normalise with the running statistics (any f32 [C] tensors).
+ * y = (x - mean) / sqrt(var + eps) * weight + bias. A composite of
+ * reductions and elementwise ops (gradients and every backend for free). */
+mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor weight, mn_tensor bias,
+                          mn_tensor running_mean, mn_tensor running_var, float momentum, float eps,
+                          bool training);
+/* Folds an inference batch norm into the convolution before it, on the host:
+ * conv(x, w, b) followed by batch_norm2d(not training) equals
+ * conv(x, w_out, b_out) with, per output channel o (s = gamma[o] /
+ * sqrt(var[o] + eps)):  w_out[o] = w[o] * s,  b_out[o] = (b[o] - mean[o]) *
+ * s + beta[o]. w, w_out: out_channels x per_channel floats (per_channel =
+ * C/groups*KH*KW); b, b_out, gamma, beta, mean, var: out_channels floats.
+ * b NULL means no conv bias (0), gamma NULL means 1, beta NULL means 0.
+ * w_out may be w and b_out may be b (in place). Computed in double. */
+mn_status mn_fold_batch_norm(float *w_out, float *b_out, const float *w, const float *b,
+                             int64_t out_channels, int64_t per_channel, const float *gamma,
+                             const float *beta, const float *mean, const float *var, float eps);
 
 /* ---- sessions ------------------------------------------------------------ */
 

@@ -217,6 +217,139 @@ static mn_tensor c_geglu(gc *c) { mn_tensor y; mn_geglu(c->g, &y, GP(2, -3, 3, 3
 static mn_tensor c_l1(gc *c) { mn_tensor y; mn_l1_loss(c->g, &y, GP(2, -1, 1, 3, 5), GP(2, -1, 1, 3, 5)); return y; }
 static mn_tensor c_bce(gc *c) { mn_tensor y; mn_bce_with_logits(c->g, &y, GP(2, -4, 4, 3, 5), GP(2, 0, 1, 3, 5)); return y; }
 
+/* ---- layout family: slicing, padding, concatenation, pooling, upsampling,
+ * convolution variants, batch norm (composites are tagged with the op that
+ * does their main work) ---- */
+static mn_tensor c_slice(gc *c) { mn_tensor y; mn_slice(c->g, &y, GP(3, -1, 1, 2, 5, 3), 1, 1, 3); return y; }
+static mn_tensor c_slice_last1(gc *c) { mn_tensor y; mn_slice(c->g, &y, GP(2, -1, 1, 3, 7), -1, 6, 1); return y; }
+static mn_tensor c_slice_rank4(gc *c) { mn_tensor y; mn_slice(c->g, &y, GP(4, -1, 1, 1, 3, 5, 2), 2, 0, 4); return y; }
+static mn_tensor c_pad(gc *c) {
+    mn_tensor y;
+    mn_pad(c->g, &y, GP(3, -1, 1, 2, 3, 4), S(0, 1, 2), S(1, 0, 3));
+    return y;
+}
+static mn_tensor c_pad_rank4(gc *c) {
+    mn_tensor y;
+    mn_pad(c->g, &y, GP(4, -1, 1, 1, 2, 3, 1), S(1, 0, 2, 1), S(0, 1, 1, 2));
+    return y;
+}
+static mn_tensor c_pad_rank1(gc *c) { mn_tensor y; mn_pad(c->g, &y, GP(1, -1, 1, 1), S(3), S(2)); return y; }
+static mn_tensor c_concat(gc *c) {
+    mn_tensor y, xs[3] = {GP(3, -1, 1, 2, 1, 3), GP(3, -1, 1, 2, 4, 3), GP(3, -1, 1, 2, 2, 3)};
+    mn_concat(c->g, &y, xs, 3, 1);
+    return y;
+}
+static mn_tensor c_concat_last_dup(gc *c) { /* the same tensor twice: the gradients add */
+    mn_tensor a = GP(2, -1, 1, 3, 2), y, xs[3] = {a, GP(2, -1, 1, 3, 1), a};
+    mn_concat(c->g, &y, xs, 3, -1);
+    return y;
+}
+static mn_tensor c_concat_chain(gc *c) { /* 7 inputs: a chain of two concat nodes */
+    mn_tensor a = GP(2, -1, 1, 2, 3), b = GP(2, -1, 1, 1, 3), y, xs[7] = {a, b, a, b, a, b, a};
+    mn_concat(c->g, &y, xs, 7, 0);
+    return y;
+}
+static mn_tensor c_avgpool(gc *c) {
+    mn_pool2d_params p = {{3, 3}, {2, 2}, {1, 1}};
+    mn_tensor y;
+    mn_avg_pool2d(c->g, &y, GP(4, -1, 1, 2, 2, 7, 6), &p, true);
+    return y;
+}
+static mn_tensor c_avgpool_nopad_count(gc *c) {
+    mn_pool2d_params p = {{2, 3}, {1, 2}, {1, 1}};
+    mn_tensor y;
+    mn_avg_pool2d(c->g, &y, GP(4, -1, 1, 1, 3, 5, 5), &p, false);
+    return y;
+}
+static mn_tensor c_avgpool_plain(gc *c) {
+    mn_pool2d_params p = {{2, 2}, {0, 0}, {0, 0}};
+    mn_tensor y;
+    mn_avg_pool2d(c->g, &y, GP(4, -1, 1, 1, 1, 4, 5), &p, true);
+    return y;
+}
+static mn_tensor c_avgpool_sum(gc *c) { /* sum pooling (the upsampling gradient), built directly */
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_AVGPOOL2D;
+    p.nin = 1;
+    p.in[0] = GP(4, -1, 1, 2, 1, 5, 4);
+    int64_t ip[7] = {2, 3, 1, 2, 1, 1, 2};
+    memcpy(p.ip, ip, sizeof ip);
+    int32_t y = MN_NONE;
+    graph_add(c->g, &y, &p);
+    return y;
+}
+static mn_tensor c_upsample2x(gc *c) { mn_tensor y; mn_upsample_nearest2x(c->g, &y, GP(4, -1, 1, 1, 2, 3, 5)); return y; }
+static mn_tensor c_upsample32(gc *c) { mn_tensor y; mn_upsample_nearest2d(c->g, &y, GP(4, -1, 1, 2, 1, 1, 3), 3, 2); return y; }
+static mn_tensor c_broadcast_to(gc *c) { mn_tensor y; mn_broadcast_to(c->g, &y, GP(2, -1, 1, 3, 1), 3, S(2, 3, 4)); return y; }
+static mn_tensor c_global_avg_pool(gc *c) { mn_tensor y; mn_global_avg_pool(c->g, &y, GP(4, -1, 1, 2, 3, 4, 5)); return y; }
+static mn_tensor c_conv2d_depthwise(gc *c) {
+    mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 4};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 4, 6, 5), GP(4, -1, 1, 4, 1, 3, 3), GP(1, -1, 1, 4), &p);
+    return y;
+}
+static mn_tensor c_conv2d_depthwise_s2(gc *c) { /* depthwise, stride 2, batch 1, odd sizes */
+    mn_conv2d_params p = {{2, 2}, {2, 1}, {2, 1}, 3};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 1, 3, 7, 5), GP(4, -1, 1, 3, 1, 3, 2), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_conv1d(gc *c) {
+    mn_conv1d_params p = {2, 1, 1, 2};
+    mn_tensor y;
+    mn_conv1d(c->g, &y, GP(3, -1, 1, 2, 4, 9), GP(3, -1, 1, 6, 2, 3), GP(1, -1, 1, 6), &p);
+    return y;
+}
+static mn_tensor c_conv1d_dil(gc *c) {
+    mn_conv1d_params p = {1, 2, 2, 1};
+    mn_tensor y;
+    mn_conv1d(c->g, &y, GP(3, -1, 1, 1, 3, 5), GP(3, -1, 1, 2, 3, 3), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_conv_t(gc *c) {
+    mn_conv_transpose2d_params p = {{2, 2}, {1, 1}, {1, 0}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv_transpose2d(c->g, &y, GP(4, -1, 1, 2, 4, 3, 4), GP(4, -1, 1, 4, 3, 3, 3), GP(1, -1, 1, 3), &p);
+    return y;
+}
+static mn_tensor c_conv_t_groups(gc *c) {
+    mn_conv_transpose2d_params p = {{1, 2}, {0, 1}, {0, 1}, {2, 1}, 2};
+    mn_tensor y;
+    mn_conv_transpose2d(c->g, &y, GP(4, -1, 1, 1, 4, 3, 3), GP(4, -1, 1, 4, 2, 2, 3), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_conv2d_bwd_weight(gc *c) { /* x [2,3,5,5], dy [2,4,3,3] -> dw [4,3,3,3], stride 2, pad 1 */
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = OP_CONV2D_BWD_WEIGHT;
+    p.nin = 2;
+    p.in[0] = GP(4, -1, 1, 2, 3, 5, 5);
+    p.in[1] = GP(4, -1, 1, 2, 4, 3, 3);
+    int64_t ip[7] = {2, 2, 1, 1, 1, 1, 1};
+    memcpy(p.ip, ip, sizeof ip);
+    p.rank = 4;
+    memcpy(p.shape, S(4, 3, 3, 3), 4 * sizeof(int64_t));
+    int32_t y = MN_NONE;
+    graph_add(c->g, &y, &p);
+    return y;
+}
+/* running statistics: frozen parameters outside c->p (they get no gradient) */
+static mn_tensor bn_case(gc *c, int64_t n, int64_t ch, int64_t h, int64_t w, bool affine, bool training) {
+    mn_tensor rm, rv, y;
+    mn_init um = {MN_INIT_UNIFORM, -0.5f, 0.5f}, uv = {MN_INIT_UNIFORM, 0.5f, 2.0f};
+    mn_tensor x = GP(4, -1, 1, n, ch, h, w);
+    mn_tensor wt = affine ? GP(1, 0.5f, 1.5f, ch) : MN_NONE, bs = affine ? GP(1, -1, 1, ch) : MN_NONE;
+    mn_graph_param(c->g, &rm, "bn.running_mean", 1, &ch, um);
+    mn_graph_param(c->g, &rv, "bn.running_var", 1, &ch, uv);
+    if (mn_batch_norm2d(c->g, &y, x, wt, bs, rm, rv, 0.1f, 1e-5f, training)) return MN_NONE;
+    return y;
+}
+static mn_tensor c_bn_train(gc *c) { return bn_case(c, 3, 4, 2, 3, true, true); }
+static mn_tensor c_bn_train_batch1(gc *c) { return bn_case(c, 1, 2, 3, 1, false, true); }
+static mn_tensor c_bn_train_hw1(gc *c) { return bn_case(c, 2, 3, 1, 1, true, true); }
+static mn_tensor c_bn_eval(gc *c) { return bn_case(c, 2, 3, 3, 2, true, false); }
+
 typedef struct gcase {
     op_id op;
     const char *name;
@@ -266,6 +399,25 @@ static const gcase cases[] = {
     {OP_RSQRT, "layer_norm_d1", c_layer_norm_d1, 0}, {OP_RSQRT, "group_norm", c_group_norm, 0},
     {OP_RSQRT, "group_norm_rank3_g1", c_group_norm_rank3, 0}, {OP_SILU, "swiglu", c_swiglu, 0},
     {OP_GELU, "geglu", c_geglu, 0}, {OP_ABS, "l1_loss", c_l1, 0}, {OP_LOG, "bce_with_logits", c_bce, 0},
+    /* layout family */
+    {OP_SLICE, "slice", c_slice, 0}, {OP_SLICE, "slice_last_len1", c_slice_last1, 0},
+    {OP_SLICE, "slice_rank4", c_slice_rank4, 0},
+    {OP_PAD, "pad", c_pad, 0}, {OP_PAD, "pad_rank4", c_pad_rank4, 0}, {OP_PAD, "pad_rank1_size1", c_pad_rank1, 0},
+    {OP_CONCAT, "concat3", c_concat, 0}, {OP_CONCAT, "concat_last_dup", c_concat_last_dup, 0},
+    {OP_CONCAT, "concat7_chain", c_concat_chain, 0},
+    {OP_AVGPOOL2D, "avgpool_pad_include", c_avgpool, 0}, {OP_AVGPOOL2D, "avgpool_pad_exclude", c_avgpool_nopad_count, 0},
+    {OP_AVGPOOL2D, "avgpool_plain_odd", c_avgpool_plain, 0}, {OP_AVGPOOL2D, "avgpool_sum_mode", c_avgpool_sum, 0},
+    {OP_UPSAMPLE_NEAREST2D, "upsample_nearest2x", c_upsample2x, 0},
+    {OP_UPSAMPLE_NEAREST2D, "upsample_nearest_3x2", c_upsample32, 0},
+    {OP_BROADCAST, "broadcast_to", c_broadcast_to, 0}, {OP_MEAN, "global_avg_pool", c_global_avg_pool, 0},
+    {OP_CONV2D, "conv2d_depthwise_bias", c_conv2d_depthwise, 0},
+    {OP_CONV2D, "conv2d_depthwise_s2_b1", c_conv2d_depthwise_s2, 0},
+    {OP_CONV2D, "conv1d_groups_stride_bias", c_conv1d, 0}, {OP_CONV2D, "conv1d_dilation", c_conv1d_dil, 0},
+    {OP_CONV2D_BWD_INPUT, "conv_transpose2d_bias", c_conv_t, 0},
+    {OP_CONV2D_BWD_INPUT, "conv_transpose2d_groups", c_conv_t_groups, 0},
+    {OP_CONV2D_BWD_WEIGHT, "conv2d_bwd_weight", c_conv2d_bwd_weight, 0},
+    {OP_MEAN, "batch_norm2d_train", c_bn_train, 0}, {OP_MEAN, "batch_norm2d_train_b1", c_bn_train_batch1, 0},
+    {OP_MEAN, "batch_norm2d_train_hw1", c_bn_train_hw1, 0}, {OP_RSQRT, "batch_norm2d_eval", c_bn_eval, 0},
 };
 
 

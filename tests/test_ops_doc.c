@@ -59,6 +59,8 @@ int main(void) {
                   diff ? "has" : "has no");
     }
     for (int i = 0; i < n; i++) {
+        for (int j = 0; j < i; j++)
+            CHECK_MSG(strcmp(rows[i].name, rows[j].name) != 0, "docs/OPS.md has two rows for '%s'", rows[i].name);
         if (strstr(rows[i].kind, "composite")) continue;
         bool known = false;
         for (int op = 0; op < OP_COUNT && !known; op++) known = strcmp(rows[i].name, op_table[op].name) == 0;

@@ -28,6 +28,9 @@ static bool owned(op_id op) {
     switch (op) {
     case OP_MATMUL: case OP_CONV2D: case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT:
     case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD:
+    /* the layout family (vk_gen_layout.c): tests/test_ops_layout.c */
+    case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_AVGPOOL2D: case OP_AVGPOOL2D_BWD:
+    case OP_UPSAMPLE_NEAREST2D: case OP_EMA_UPDATE:
         return false;
     default:
         return true;

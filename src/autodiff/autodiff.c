@@ -303,6 +303,90 @@ static mn_status grad_dropout(adctx *c, const node *n, int32_t y, int32_t dy, in
     return graph_add(c->g, &dx[0], &p);
 }
 
+/* ---- layout family --------------------------------------------------------- */
+
+/* n = conv2d_bwd_input(u, w) (u shaped like a conv2d output, n shaped like
+ * its input): n = A_w^T u with A_w the conv2d by w, linear in u and in w.
+ *   d/du = A_w dy = conv2d(dy, w);
+ *   d/dw[o,ci,kh,kw] = sum over (b, oh, ow) of dy[b, g*Cg+ci, ih, iw] * u[b,o,oh,ow]
+ *                    = conv2d_bwd_weight(dy, u) (dy in the place of x). */
+static mn_status grad_conv2d_bwd_input(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node w = c->g->nodes[n->in[1]];
+    mn_status st;
+    if (need(c, n, 0)) {
+        int32_t in[2] = {dy, n->in[1]};
+        if ((st = helper(c, &dx[0], OP_CONV2D, 2, in, NULL, n->ip, 7))) return st;
+    }
+    if (need(c, n, 1)) {
+        int32_t in[2] = {dy, n->in[0]};
+        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n->ip, 7))) return st;
+    }
+    return MN_OK;
+}
+
+/* n = conv2d_bwd_weight(x, u): n[o,ci,kh,kw] = sum x[b,g*Cg+ci,ih,iw] * u[b,o,oh,ow], bilinear.
+ *   d/dx = conv2d_bwd_input(u, dy) (dy in the place of the weight);
+ *   d/du = conv2d(x, dy). */
+static mn_status grad_conv2d_bwd_weight(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node x = c->g->nodes[n->in[0]];
+    mn_status st;
+    if (need(c, n, 0)) {
+        int32_t in[2] = {n->in[1], dy};
+        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n->ip, 7))) return st;
+    }
+    if (need(c, n, 1)) {
+        int32_t in[2] = {n->in[0], dy};
+        if ((st = helper(c, &dx[1], OP_CONV2D, 2, in, NULL, n->ip, 7))) return st;
+    }
+    return MN_OK;
+}
+
+/* The slice's gradient is dy put back in place: zero padding around it. */
+static mn_status grad_slice(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node *x = &c->g->nodes[n->in[0]];
+    int64_t before[MN_MAX_RANK] = {0}, after[MN_MAX_RANK] = {0};
+    const int64_t a = n->ip[0];
+    before[a] = n->ip[1];
+    after[a] = x->shape[a] - n->ip[1] - n->ip[2];
+    return mn_pad(c->g, &dx[0], dy, before, after);
+}
+
+/* The padding's gradient drops the padded cells: one slice per padded axis. */
+static mn_status grad_pad(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node x = c->g->nodes[n->in[0]];
+    int32_t t = dy;
+    mn_status st;
+    for (int i = 0; i < x.rank; i++)
+        if ((n->ip[i] || n->ip[4 + i]) && (st = mn_slice(c->g, &t, t, i, n->ip[i], x.shape[i]))) return st;
+    dx[0] = t;
+    return MN_OK;
+}
+
+/* Each input gets its part of dy. */
+static mn_status grad_concat(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const int64_t a = n->ip[0];
+    int64_t off = 0;
+    mn_status st;
+    for (int k = 0; k < n->nin; k++) {
+        const int64_t len = c->g->nodes[n->in[k]].shape[a];
+        if (need(c, n, k) && (st = mn_slice(c->g, &dx[k], dy, (int)a, off, len))) return st;
+        off += len;
+    }
+    return MN_OK;
+}
+
+static mn_status grad_avgpool2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const node x = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_AVGPOOL2D_BWD, 1, &dy, &x, n->ip, 7);
+}
+
+/* Each input cell was copied into a scale_h x scale_w block: its gradient is
+ * the block's sum, a sum pooling with kernel = stride = the scale. */
+static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const int64_t ip[7] = {n->ip[0], n->ip[1], n->ip[0], n->ip[1], 0, 0, 2};
+    return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, ip, 7);
+}
+
 static const grad_fn grad_table[OP_COUNT] = {
 #define MN_OP(E, n, lo, hi, bwd) [OP_##E] = bwd,
 #include "graph/ops.def"

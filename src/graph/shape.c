@@ -9,6 +9,8 @@
 
 #include "graph/graph.h"
 
+#include <math.h>
+
 #define IN(i) (&g->nodes[n->in[i]])
 #define SHP(buf, nd) shape_str(buf, sizeof buf, (nd)->rank, (nd)->shape)
 
@@ -192,38 +194,70 @@ static int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) 
     return (in + 2 * p - span) / s + 1;
 }
 
-static mn_status infer_conv2d(mn_graph *g, node *n) {
-    const node *x = IN(0), *w = IN(1);
+/* The geometry shared by conv2d and its gradient ops: x [N,C,H,W] and
+ * w [O,C/groups,KH,KW] with n's ip (as CONV2D) give the output size oh x ow.
+ * Messages name the op `on`. */
+static mn_status conv_check(mn_graph *g, const node *n, const char *on, const node *x, const node *w,
+                            int64_t *oh, int64_t *ow) {
     char sa[96], sb[96];
-    mn_status st;
-    for (int i = 0; i < n->nin; i++)
-        if ((st = need_f32(g, n, i))) return st;
     if (x->rank != 4 || w->rank != 4)
-        return graph_fail(g, MN_E_SHAPE, "conv2d: x must be [N,C,H,W] and w [O,C/groups,KH,KW], got %s and %s",
+        return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W] and w [O,C/groups,KH,KW], got %s and %s", on,
                           SHP(sa, x), SHP(sb, w));
     for (int i = 0; i < 7; i++) {
         bool bad = i == 2 || i == 3 ? n->ip[i] < 0 : n->ip[i] < 1;
         if (bad)
-            return graph_fail(g, MN_E_INVALID, "conv2d: invalid %s %lld",
+            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on,
                               i < 2 ? "stride" : i < 4 ? "padding" : i < 6 ? "dilation" : "groups",
                               (long long)n->ip[i]);
     }
     int64_t groups = n->ip[6];
     if (x->shape[1] % groups || w->shape[0] % groups || w->shape[1] * groups != x->shape[1])
-        return graph_fail(g, MN_E_SHAPE, "conv2d: x %s and w %s disagree on channels with groups=%lld",
+        return graph_fail(g, MN_E_SHAPE, "%s: x %s and w %s disagree on channels with groups=%lld", on,
                           SHP(sa, x), SHP(sb, w), (long long)groups);
+    *oh = conv_out(x->shape[2], w->shape[2], n->ip[0], n->ip[2], n->ip[4]);
+    *ow = conv_out(x->shape[3], w->shape[3], n->ip[1], n->ip[3], n->ip[5]);
+    if (*oh < 1 || *ow < 1)
+        return graph_fail(g, MN_E_SHAPE, "%s: kernel %s larger than padded input %s", on, SHP(sb, w), SHP(sa, x));
+    return MN_OK;
+}
+
+static mn_status infer_conv2d(mn_graph *g, node *n) {
+    const node *x = IN(0), *w = IN(1);
+    char sa[96], sb[96];
+    mn_status st;
+    int64_t oh, ow;
+    for (int i = 0; i < n->nin; i++)
+        if ((st = need_f32(g, n, i))) return st;
+    if ((st = conv_check(g, n, "conv2d", x, w, &oh, &ow))) return st;
     if (n->nin == 3) {
         const node *b = IN(2);
         if (b->rank != 1 || b->shape[0] != w->shape[0])
             return graph_fail(g, MN_E_SHAPE, "conv2d: bias %s must be [%lld] for w %s", SHP(sa, b),
                               (long long)w->shape[0], SHP(sb, w));
     }
-    int64_t oh = conv_out(x->shape[2], w->shape[2], n->ip[0], n->ip[2], n->ip[4]);
-    int64_t ow = conv_out(x->shape[3], w->shape[3], n->ip[1], n->ip[3], n->ip[5]);
-    if (oh < 1 || ow < 1)
-        return graph_fail(g, MN_E_SHAPE, "conv2d: kernel %s larger than padded input %s", SHP(sb, w), SHP(sa, x));
     int64_t s[4] = {x->shape[0], w->shape[0], oh, ow};
     set_shape(n, 4, s);
+    return MN_OK;
+}
+
+/* CONV2D_BWD_INPUT (dy, w) -> x shape and CONV2D_BWD_WEIGHT (x, dy) -> w
+ * shape: the result shape is given (n's rank and shape); it must be the one
+ * whose conv2d gives exactly dy's shape. */
+static mn_status infer_conv2d_bwd(mn_graph *g, node *n) {
+    const char *on = op_table[n->op].name;
+    char sa[96], sb[96], sc[96];
+    mn_status st;
+    if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1))) return st;
+    if (n->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: result shape must be set (rank 4)", on);
+    const bool wrt_x = n->op == OP_CONV2D_BWD_INPUT;
+    const node *x = wrt_x ? n : IN(0), *w = wrt_x ? IN(1) : n, *dy = wrt_x ? IN(0) : IN(1);
+    int64_t oh, ow;
+    if ((st = conv_check(g, n, on, x, w, &oh, &ow))) return st;
+    if (dy->rank != 4 || dy->shape[0] != x->shape[0] || dy->shape[1] != w->shape[0] || dy->shape[2] != oh ||
+        dy->shape[3] != ow)
+        return graph_fail(g, MN_E_SHAPE, "%s: dy %s is not the conv2d output of x %s and w %s (want [%lld,%lld,%lld,%lld])",
+                          on, SHP(sa, dy), SHP(sb, x), SHP(sc, w), (long long)x->shape[0], (long long)w->shape[0],
+                          (long long)oh, (long long)ow);
     return MN_OK;
 }
 
@@ -322,6 +356,149 @@ static mn_status infer_ce_options(mn_graph *g, const node *n) {
     return MN_OK;
 }
 
+/* ---- layout family -------------------------------------------------------- */
+
+static mn_status infer_slice(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96];
+    int64_t axis = n->ip[0];
+    if (axis < 0) axis += x->rank;
+    if (x->rank < 1 || axis < 0 || axis >= x->rank)
+        return graph_fail(g, MN_E_SHAPE, "slice: axis %lld out of range for shape %s", (long long)n->ip[0], SHP(sa, x));
+    const int64_t d = x->shape[axis], start = n->ip[1], len = n->ip[2];
+    if (start < 0 || len < 1 || start >= d || len > d - start)
+        return graph_fail(g, MN_E_SHAPE, "slice: [%lld, %lld + %lld) is not a non-empty part of axis %lld of %s",
+                          (long long)start, (long long)start, (long long)len, (long long)axis, SHP(sa, x));
+    n->ip[0] = axis;
+    int64_t s[MN_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) s[i] = i == axis ? len : x->shape[i];
+    set_shape(n, x->rank, s);
+    return MN_OK;
+}
+
+static mn_status infer_pad(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96];
+    int64_t s[MN_MAX_RANK];
+    for (int i = 0; i < MN_MAX_RANK; i++) {
+        const int64_t b = n->ip[i], a = n->ip[4 + i];
+        if (i >= x->rank) {
+            if (b || a)
+                return graph_fail(g, MN_E_SHAPE, "pad: padding given for axis %d of %s (rank %d)", i, SHP(sa, x), x->rank);
+            continue;
+        }
+        /* each side at most 2^40 (the element limit), so the sum cannot overflow */
+        if (b < 0 || a < 0 || b > ((int64_t)1 << 40) || a > ((int64_t)1 << 40))
+            return graph_fail(g, MN_E_SHAPE, "pad: axis %d of %s: padding %lld before, %lld after (must be 0..2^40)", i,
+                              SHP(sa, x), (long long)b, (long long)a);
+        s[i] = x->shape[i] + b + a;
+    }
+    set_shape(n, x->rank, s);
+    return MN_OK;
+}
+
+static mn_status infer_concat(mn_graph *g, node *n) {
+    const node *x0 = IN(0);
+    char sa[96], sb[96];
+    mn_status st;
+    int64_t axis = n->ip[0];
+    if (axis < 0) axis += x0->rank;
+    if (x0->rank < 1 || axis < 0 || axis >= x0->rank)
+        return graph_fail(g, MN_E_SHAPE, "concat: axis %lld out of range for shape %s", (long long)n->ip[0], SHP(sa, x0));
+    n->ip[0] = axis;
+    int64_t s[MN_MAX_RANK], total = 0;
+    for (int k = 0; k < n->nin; k++) {
+        const node *x = IN(k);
+        if ((st = need_f32(g, n, k))) return st;
+        bool ok = x->rank == x0->rank;
+        for (int i = 0; ok && i < x0->rank; i++) ok = i == axis || x->shape[i] == x0->shape[i];
+        if (!ok)
+            return graph_fail(g, MN_E_SHAPE, "concat: input %d %s does not match input 0 %s outside axis %lld", k,
+                              SHP(sa, x), SHP(sb, x0), (long long)axis);
+        total += x->shape[axis]; /* at most 6 * 2^40 */
+    }
+    for (int i = 0; i < x0->rank; i++) s[i] = i == axis ? total : x0->shape[i];
+    set_shape(n, x0->rank, s);
+    return MN_OK;
+}
+
+/* Pool parameters (ip as AVGPOOL2D) and the output size of x [N,C,H,W]. */
+static mn_status avgpool_check(mn_graph *g, const node *n, const node *x, int64_t *oh, int64_t *ow) {
+    const char *on = op_table[n->op].name;
+    char sa[96];
+    if (x->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W], got %s", on, SHP(sa, x));
+    for (int i = 0; i < 6; i++)
+        if (i < 4 ? n->ip[i] < 1 : n->ip[i] < 0)
+            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on,
+                              i < 2 ? "kernel" : i < 4 ? "stride" : "padding", (long long)n->ip[i]);
+    if (n->ip[6] < 0 || n->ip[6] > 2)
+        return graph_fail(g, MN_E_INVALID, "%s: invalid divisor mode %lld", on, (long long)n->ip[6]);
+    if (n->ip[4] * 2 > n->ip[0] || n->ip[5] * 2 > n->ip[1])
+        return graph_fail(g, MN_E_INVALID, "%s: padding %lld,%lld exceeds half the kernel %lld,%lld", on,
+                          (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[0], (long long)n->ip[1]);
+    *oh = conv_out(x->shape[2], n->ip[0], n->ip[2], n->ip[4], 1);
+    *ow = conv_out(x->shape[3], n->ip[1], n->ip[3], n->ip[5], 1);
+    if (*oh < 1 || *ow < 1)
+        return graph_fail(g, MN_E_SHAPE, "%s: kernel %lldx%lld larger than input %s", on, (long long)n->ip[0],
+                          (long long)n->ip[1], SHP(sa, x));
+    return MN_OK;
+}
+
+static mn_status infer_avgpool(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    int64_t oh, ow;
+    mn_status st = need_f32(g, n, 0);
+    if (st || (st = avgpool_check(g, n, x, &oh, &ow))) return st;
+    int64_t s[4] = {x->shape[0], x->shape[1], oh, ow};
+    set_shape(n, 4, s);
+    return MN_OK;
+}
+
+/* The result (x's shape) is given; pooling it must give dy's shape. */
+static mn_status infer_avgpool_bwd(mn_graph *g, node *n) {
+    const node *dy = IN(0);
+    char sa[96], sb[96];
+    int64_t oh, ow;
+    mn_status st = need_f32(g, n, 0);
+    if (st) return st;
+    if (n->rank != 4) return graph_fail(g, MN_E_SHAPE, "avgpool2d_bwd: result shape must be set (rank 4)");
+    if ((st = avgpool_check(g, n, n, &oh, &ow))) return st;
+    if (dy->rank != 4 || dy->shape[0] != n->shape[0] || dy->shape[1] != n->shape[1] || dy->shape[2] != oh ||
+        dy->shape[3] != ow)
+        return graph_fail(g, MN_E_SHAPE, "avgpool2d_bwd: dy %s is not the pooled shape of %s", SHP(sa, dy), SHP(sb, n));
+    return MN_OK;
+}
+
+static mn_status infer_upsample(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96];
+    mn_status st = need_f32(g, n, 0);
+    if (st) return st;
+    if (x->rank != 4) return graph_fail(g, MN_E_SHAPE, "upsample_nearest2d: x must be [N,C,H,W], got %s", SHP(sa, x));
+    if (n->ip[0] < 1 || n->ip[1] < 1 || n->ip[0] > 1024 || n->ip[1] > 1024)
+        return graph_fail(g, MN_E_INVALID, "upsample_nearest2d: scale %lld,%lld (must be 1..1024)", (long long)n->ip[0],
+                          (long long)n->ip[1]);
+    int64_t s[4] = {x->shape[0], x->shape[1], x->shape[2] * n->ip[0], x->shape[3] * n->ip[1]};
+    set_shape(n, 4, s);
+    return MN_OK;
+}
+
+static mn_status infer_ema(mn_graph *g, node *n) {
+    const node *r = IN(0), *v = IN(1);
+    char sa[96], sb[96];
+    mn_status st;
+    if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1))) return st;
+    if (r->op != OP_PARAM)
+        return graph_fail(g, MN_E_INVALID, "ema_update: the running statistic (%%%d) must be a parameter", n->in[0]);
+    if (node_numel(r) != node_numel(v))
+        return graph_fail(g, MN_E_SHAPE, "ema_update: running %s and value %s differ in size", SHP(sa, r), SHP(sb, v));
+    if (!(n->fp[0] >= 0.0 && n->fp[0] <= 1.0) || !isfinite(n->fp[1]))
+        return graph_fail(g, MN_E_INVALID, "ema_update: momentum %g must be in [0, 1] and scale %g finite", n->fp[0],
+                          n->fp[1]);
+    copy_shape_of(n, r);
+    return MN_OK;
+}
+
 mn_status graph_infer(mn_graph *g, node *n) {
     char sa[96], sb[96];
     const char *on = op_table[n->op].name;
@@ -402,7 +579,9 @@ mn_status graph_infer(mn_graph *g, node *n) {
     case OP_CROSS_ENTROPY_DENSE_BWD:
         copy_shape_of(n, IN(0));
         return infer_logits_pair(g, n, true);
-    case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT: case OP_MAXPOOL2D_BWD:
+    case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT:
+        return infer_conv2d_bwd(g, n);
+    case OP_MAXPOOL2D_BWD:
         if (n->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: result shape must be set (rank 4)", on);
         return MN_OK;
     case OP_SGD_UPDATE: case OP_ADAM_UPDATE:
@@ -414,6 +593,23 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return MN_OK;
     case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_DROPOUT: case OP_PW_BWD: case OP_CE_COUNT:
         return infer_pointwise(g, n);
+    /* layout family */
+    case OP_SLICE:
+        if ((st = need_f32(g, n, 0))) return st;
+        return infer_slice(g, n);
+    case OP_PAD:
+        if ((st = need_f32(g, n, 0))) return st;
+        return infer_pad(g, n);
+    case OP_CONCAT:
+        return infer_concat(g, n);
+    case OP_AVGPOOL2D:
+        return infer_avgpool(g, n);
+    case OP_AVGPOOL2D_BWD:
+        return infer_avgpool_bwd(g, n);
+    case OP_UPSAMPLE_NEAREST2D:
+        return infer_upsample(g, n);
+    case OP_EMA_UPDATE:
+        return infer_ema(g, n);
     case OP_COUNT:
         break;
     }

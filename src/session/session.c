@@ -207,7 +207,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     passes_mark_live(g, roots, nf, fwd);
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE;
+        /* in-place updates: optimizer steps and running statistics (EMA_UPDATE) */
+        bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE || n->op == OP_EMA_UPDATE;
         if (op_is_source(n->op) || upd) roots[nr++] = i;
     }
     if (s->iopt.grads_only && s->grads)

@@ -18,7 +18,8 @@
  * ABS, CLAMP, POW, WHERE, DROPOUT, PW_BWD (kernels_pointwise.h). RESHAPE expects out ==
  * in[0] (it copies otherwise). SGD_UPDATE/ADAM_UPDATE write the new
  * parameter through out, normally the storage of in[0], and their state
- * through in[2]/in[3]. Every other kernel (MATMUL, PERMUTE, BROADCAST,
+ * through in[2]/in[3]; EMA_UPDATE likewise writes the running statistic
+ * through out, normally in[0]'s storage. Every other kernel (MATMUL, PERMUTE, BROADCAST,
  * REDUCE_TO, SUM/MEAN/MAX, MAX_BWD, losses, CE_COUNT, CONV2D*, MAXPOOL2D*) needs out
  * distinct from its inputs.
  *

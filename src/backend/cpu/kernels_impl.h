@@ -690,6 +690,9 @@ KN_DEF(sumsq) {
 
 /* the pointwise family (issue 4) */
 #include "backend/cpu/kernels_pointwise.h"
+/* ---- the layout family (slice, pad, concat, avg pooling, upsampling, EMA) - */
+
+#include "backend/cpu/kernels_layout.h"
 
 /* ---- the table ----------------------------------------------------------- */
 

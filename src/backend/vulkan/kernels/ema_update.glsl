@@ -1,0 +1,14 @@
+// ema_update.glsl - the running-statistics update of batch norm, in place
+// (Y is the storage of X0, a parameter): one invocation per element,
+// y = EMA_KEEP * x0 + EMA_M * (EMA_SC * x1), the CPU's operations in the
+// CPU's order, each rounded to f32 (precise: no fused multiply-add).
+// Defines: EMA_KEEP (1 - momentum), EMA_M (momentum), EMA_SC (the value's
+// scale: 1, or n/(n-1) for an unbiased variance), float literals.
+
+void main() {
+    uint i = GID;
+    if (i >= Y_N) return;
+    precise float t = EMA_SC * X1(i);
+    precise float v = EMA_KEEP * X0(i) + EMA_M * t;
+    Y(i) = v;
+}

@@ -1,0 +1,179 @@
+/* vk_gen_layout.c - Vulkan code generation for the layout family: slice and
+ * pad (kernels/pad.glsl), concat (concat.glsl), average pooling and its
+ * gradient (avgpool2d.glsl), nearest upsampling (upsample_nearest2d.glsl)
+ * and the batch-norm running-statistics update (ema_update.glsl).
+ *
+ * Every kernel runs one invocation per output element and gathers what it
+ * needs (no atomics, no two invocations writing one element). Shapes and
+ * parameters become #defines; index arithmetic is 32-bit signed, so every
+ * tensor is limited to 2^31 - 1 elements (MN_E_UNSUPPORTED beyond).
+ *
+ * Does not: compile or dispatch anything, nor generate other ops.
+ */
+#include <math.h>
+
+#include "backend/vulkan/vk_codegen.h"
+
+static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
+
+static mn_status layout_fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
+    mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
+    return st;
+}
+
+/* Every tensor of the node indexable with 32-bit signed arithmetic. */
+static mn_status layout_size(const mn_graph *g, const node *n, char *err, size_t cap) {
+    bool big = node_numel(n) > INT32_MAX;
+    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > INT32_MAX;
+    return big ? layout_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has 2^31 or more elements (32-bit indexing)")
+               : MN_OK;
+}
+
+/* One invocation per output element, workgroups of up to 256. */
+static void layout_launch(vk_kernel *k, const vk_caps *caps, const node *n) {
+    uint32_t most = caps->max_invocations ? caps->max_invocations : 128, local = 1;
+    while (local < 256 && local * 2 <= most) local *= 2;
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), local);
+}
+
+/* Right-aligned 4-d dims of a node (leading 1s). */
+static void dims4(int64_t d[4], const node *t) {
+    for (int i = 0; i < 4; i++) d[i] = 1;
+    for (int i = 0; i < t->rank; i++) d[4 - t->rank + i] = t->shape[i];
+}
+
+/* pad.glsl: y[c] = x[c - pb] inside x, else 0; pb over the right-aligned dims. */
+static mn_status gen_pad(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const int64_t pb[4],
+                         char *err, size_t cap) {
+    mn_status st = layout_size(g, n, err, cap);
+    if (st) return st;
+    int64_t yd[4], xd[4];
+    dims4(yd, n);
+    dims4(xd, in_node(g, n, 0));
+    k->tmpl = "pad";
+    for (int d = 0; d < 4; d++) {
+        char nm[8];
+        if (d > 0) {
+            snprintf(nm, sizeof nm, "YD%d", d);
+            vk_def(k, nm, "%lld", (long long)yd[d]);
+        }
+        snprintf(nm, sizeof nm, "XD%d", d);
+        vk_def(k, nm, "%lld", (long long)xd[d]);
+        snprintf(nm, sizeof nm, "PB%d", d);
+        vk_def(k, nm, "(%lld)", (long long)pb[d]);
+    }
+    layout_launch(k, caps, n);
+    return MN_OK;
+}
+
+/* x -> the part [start, start + length) of axis ip[0]. */
+mn_status vkgen_slice(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    int64_t pb[4] = {0, 0, 0, 0};
+    pb[4 - n->rank + n->ip[0]] = -n->ip[1];
+    return gen_pad(k, g, n, caps, pb, err, cap);
+}
+
+/* ip[i] zero cells before axis i (ip[4 + i] after: implied by the shapes). */
+mn_status vkgen_pad(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    int64_t pb[4] = {0, 0, 0, 0};
+    for (int i = 0; i < n->rank; i++) pb[4 - n->rank + i] = n->ip[i];
+    return gen_pad(k, g, n, caps, pb, err, cap);
+}
+
+/* Inputs joined along ip[0]; the output viewed as [outer, L, inner]. */
+mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    mn_status st = layout_size(g, n, err, cap);
+    if (st) return st;
+    const int64_t axis = n->ip[0];
+    int64_t inner = 1;
+    for (int i = (int)axis + 1; i < n->rank; i++) inner *= n->shape[i];
+    k->tmpl = "concat";
+    vk_def(k, "CC_L", "%lld", (long long)n->shape[axis]);
+    vk_def(k, "CC_INNER", "%lld", (long long)inner);
+    /* (a < end0 ? X0((o * L0 + a) * INNER + j) : a < end1 ? X1((o * L1 + (a - off1)) * INNER + j) : ...) */
+    char e[1024];
+    size_t at = 0;
+    int64_t off = 0;
+    at += (size_t)snprintf(e + at, sizeof e - at, "(");
+    for (int i = 0; i < n->nin && at < sizeof e; i++) {
+        const int64_t len = in_node(g, n, i)->shape[axis];
+        if (i + 1 < n->nin) at += (size_t)snprintf(e + at, sizeof e - at, "a < %lld ? ", (long long)(off + len));
+        if (at < sizeof e)
+            at += (size_t)snprintf(e + at, sizeof e - at, "X%d((o * %lld + (a - %lld)) * CC_INNER + j)%s", i,
+                                   (long long)len, (long long)off, i + 1 < n->nin ? " : " : ")");
+        off += len;
+    }
+    if (at >= sizeof e) return layout_fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
+    vk_line(k, "#define CC_VALUE(o, a, j) %s", e);
+    layout_launch(k, caps, n);
+    return MN_OK;
+}
+
+/* avgpool2d.glsl over x [N,C,H,W] (x is the forward input, or the node for
+ * the backward) and the pooled plane OH x OW. */
+static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const node *x,
+                             int64_t OH, int64_t OW, bool bwd, char *err, size_t cap) {
+    mn_status st = layout_size(g, n, err, cap);
+    if (st) return st;
+    const struct {
+        const char *name;
+        int64_t v;
+    } d[] = {{"AP_H", x->shape[2]}, {"AP_W", x->shape[3]}, {"AP_OH", OH},        {"AP_OW", OW},
+             {"AP_KH", n->ip[0]},   {"AP_KW", n->ip[1]},   {"AP_SH", n->ip[2]},  {"AP_SW", n->ip[3]},
+             {"AP_PH", n->ip[4]},   {"AP_PW", n->ip[5]},   {"AP_DIV", n->ip[6]}, {"AP_BWD", bwd}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    k->tmpl = "avgpool2d";
+    layout_launch(k, caps, n);
+    return MN_OK;
+}
+
+mn_status vkgen_avgpool2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    return gen_avgpool(k, g, n, caps, in_node(g, n, 0), n->shape[2], n->shape[3], false, err, cap);
+}
+
+/* (dy [N,C,OH,OW]) -> dx [N,C,H,W] = node shape. */
+mn_status vkgen_avgpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                              size_t cap) {
+    const node *dy = in_node(g, n, 0);
+    return gen_avgpool(k, g, n, caps, n, dy->shape[2], dy->shape[3], true, err, cap);
+}
+
+mn_status vkgen_upsample_nearest2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                                   size_t cap) {
+    mn_status st = layout_size(g, n, err, cap);
+    if (st) return st;
+    const node *x = in_node(g, n, 0);
+    vk_def(k, "UP_H", "%lld", (long long)x->shape[2]);
+    vk_def(k, "UP_W", "%lld", (long long)x->shape[3]);
+    vk_def(k, "UP_OH", "%lld", (long long)n->shape[2]);
+    vk_def(k, "UP_OW", "%lld", (long long)n->shape[3]);
+    vk_def(k, "UP_SH", "%lld", (long long)n->ip[0]);
+    vk_def(k, "UP_SW", "%lld", (long long)n->ip[1]);
+    k->tmpl = "upsample_nearest2d";
+    layout_launch(k, caps, n);
+    return MN_OK;
+}
+
+/* A GLSL literal that reads back as exactly the float v (finite). */
+static void def_float(vk_kernel *k, const char *name, float v) {
+    char t[40];
+    snprintf(t, sizeof t, "%.9g", (double)v);
+    vk_def(k, name, v < 0 ? "(%s%s)" : "%s%s", t, strpbrk(t, ".e") ? "" : ".0");
+}
+
+mn_status vkgen_ema_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                           size_t cap) {
+    mn_status st = layout_size(g, n, err, cap);
+    if (st) return st;
+    /* the CPU's (real) casts of the same double expressions */
+    const float keep = (float)(1.0 - n->fp[0]), m = (float)n->fp[0], sc = (float)n->fp[1];
+    if (!isfinite(keep) || !isfinite(m) || !isfinite(sc))
+        return layout_fail(g, n, MN_E_INVALID, err, cap, "momentum or scale is not finite");
+    def_float(k, "EMA_KEEP", keep);
+    def_float(k, "EMA_M", m);
+    def_float(k, "EMA_SC", sc);
+    k->tmpl = "ema_update";
+    layout_launch(k, caps, n);
+    return MN_OK;
+}
