@@ -119,7 +119,30 @@ static void cache_test(const mn_graph *g) {
     mn_session_destroy(c);
 }
 
+/* A parameter that no path to the loss uses gets no gradient and no update,
+ * on both backends, and does not break the step. */
+static void unused_param_test(void) {
+    for (int be = 0; be < 2; be++) {
+        mn_graph *g = small_graph();
+        mn_tensor u;
+        CHECK_OK(mn_graph_param(g, &u, "unused", 1, (int64_t[]){7}, (mn_init){MN_INIT_CONSTANT, 0.5f, 0}),
+                 mn_graph_error(g));
+        mn_session_options o = mn_session_default_options();
+        o.backend = be ? MN_BACKEND_VULKAN : MN_BACKEND_CPU;
+        o.mode = MN_MODE_TRAINING;
+        mn_session *s = NULL;
+        CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
+        for (int i = 0; i < 3; i++) CHECK_OK(step(s), mn_session_error(s));
+        float v[7];
+        CHECK_OK(mn_session_get_param(s, "unused", v, 7), mn_session_error(s));
+        for (int i = 0; i < 7; i++) CHECK(v[i] == 0.5f);
+        mn_session_destroy(s);
+        mn_graph_destroy(g);
+    }
+}
+
 int main(void) {
+    unused_param_test();
     mn_graph *g = small_graph();
     trace_test(g);
     device_lost_test(g);
