@@ -325,6 +325,64 @@ mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor we
 mn_status mn_fold_batch_norm(float *w_out, float *b_out, const float *w, const float *b,
                              int64_t out_channels, int64_t per_channel, const float *gamma,
                              const float *beta, const float *mean, const float *var, float eps);
+/* ---- transformer ops ------------------------------------------------------ */
+
+/* Row lookup: out[..., :] = table[ids[...], :]. table: f32 [V,D] (usually a
+ * parameter); ids: i32 of rank 1..3 ([N], [B,T], ...). Result ids.shape + [D].
+ * An id outside [0, V) gives a zero row and no gradient; the table is never
+ * read out of bounds. The table's gradient sums duplicate ids. */
+mn_status mn_embedding(mn_graph *g, mn_tensor *out, mn_tensor table, mn_tensor ids);
+
+/* Rotary position embedding in the Llama / Hugging Face "rotate half"
+ * convention. x: f32 [..., T, Dh], Dh even, e.g. [B,H,T,Dh] (heads before
+ * time, where HF applies it). Row t has position p = offset + pos[0] + t
+ * (pos: MN_NONE, or an i32 [1] input written by the host, for KV-cache
+ * decoding); with half = Dh/2, inv_freq[i] = theta^(-2i/Dh) and
+ * a = p * inv_freq[i], for i < half:
+ *   out[i]        = x[i] cos(a) - x[i+half] sin(a)
+ *   out[i+half]   = x[i+half] cos(a) + x[i] sin(a)
+ * theta 0 means 10000. |offset| and |pos| are at most 2^29 (pos is clamped);
+ * Vulkan evaluates the angle to about 1e-7 turns for |p| < 2^24.
+ * Backward: the rotation by -a. */
+mn_status mn_rope(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor pos, float theta, int64_t offset);
+
+typedef struct mn_attention_params {
+    bool causal;    /* query i attends keys j <= i + offset (below) */
+    int64_t window; /* > 0, causal only: and keys j > i + offset - window
+                       (a sliding window of the last `window` keys); 0: none */
+    float scale;    /* 0 means 1/sqrt(D) */
+} mn_attention_params;
+
+/* Scaled dot-product attention, softmax(scale * q k^T + mask) v, with an
+ * online (flash-attention style) softmax: no Tq x Tk matrix is formed, and
+ * large logits (1e3 and more) do not overflow.
+ * q: f32 [B,Hq,Tq,D]; k, v: f32 [B,Hkv,Tk,D] with Hq a multiple of Hkv
+ * (grouped-query attention: query head h reads kv head h / (Hq/Hkv)).
+ * Result [B,Hq,Tq,D]. p NULL: full attention (no mask), default scale.
+ * Modes: full (causal false: every key; Tk may differ from Tq, which is
+ * cross-attention), causal, causal with a sliding window.
+ * pos: MN_NONE, or an i32 [1] input for decoding over a KV cache: without it
+ * the causal offset is Tk - Tq (the queries are the last Tq positions);
+ * with it the offset is pos[0] and only keys j < pos[0] + Tq exist (k and v
+ * are caches of Tmax rows, filled up to pos[0] + Tq by mn_kv_append), so the
+ * same graph serves every decoding step. pos is clamped to [-2^29, 2^29].
+ * A query row that attends no key gives zeros (and no gradient). */
+mn_status mn_attention(mn_graph *g, mn_tensor *out, mn_tensor q, mn_tensor k, mn_tensor v, mn_tensor pos,
+                       const mn_attention_params *p);
+
+/* A persistent f32 tensor: zero when the session is created, kept across
+ * steps and runs, never trained, not saved in checkpoints. It is written in
+ * place by ops such as mn_kv_append (a KV cache: [B,Hkv,Tmax,D]). */
+mn_status mn_graph_state(mn_graph *g, mn_tensor *out, const char *name, int rank, const int64_t *shape);
+
+/* Writes x [..., Tnew, D] into cache [..., Tmax, D] (a state tensor, or the
+ * result of an earlier append to one; leading dims equal) at rows
+ * pos[0] .. pos[0]+Tnew-1, in place, every time the node runs (pos: i32 [1]
+ * input written by the host). Rows outside [0, Tmax) are dropped. The result
+ * is the updated cache (it shares the cache's storage): attend over it.
+ * The node always runs in run and step (like an optimizer update), even if
+ * no output depends on it. Not differentiable. */
+mn_status mn_kv_append(mn_graph *g, mn_tensor *out, mn_tensor cache, mn_tensor x, mn_tensor pos);
 
 /* ---- sessions ------------------------------------------------------------ */
 

@@ -349,6 +349,68 @@ static mn_tensor c_bn_train(gc *c) { return bn_case(c, 3, 4, 2, 3, true, true); 
 static mn_tensor c_bn_train_batch1(gc *c) { return bn_case(c, 1, 2, 3, 1, false, true); }
 static mn_tensor c_bn_train_hw1(gc *c) { return bn_case(c, 2, 3, 1, 1, true, true); }
 static mn_tensor c_bn_eval(gc *c) { return bn_case(c, 2, 3, 3, 2, true, false); }
+/* ---- transformer family ---- */
+/* An i32 input "labels" holding vals (ids or a position). */
+static mn_tensor i32_input(gc *c, int rank, const int64_t *shape, const int32_t *vals, int count) {
+    mn_graph_input(c->g, &c->labels_in, "labels", MN_I32, rank, shape);
+    memcpy(c->labels, vals, (size_t)count * sizeof *vals);
+    c->nlabels = count;
+    return c->labels_in;
+}
+/* ids with duplicates, -1 and out-of-range values (no gradient, zero rows) */
+static mn_tensor c_embedding(gc *c) {
+    const int32_t ids[8] = {3, 0, 3, 6, -1, 7, 3, 100};
+    mn_tensor y, t = GP(2, -1, 1, 7, 5);
+    mn_embedding(c->g, &y, t, i32_input(c, 2, S(2, 4), ids, 8));
+    return y;
+}
+static mn_tensor c_rope(gc *c) { mn_tensor y; mn_rope(c->g, &y, GP(4, -1, 1, 2, 3, 5, 6), MN_NONE, 0, 3); return y; }
+static mn_tensor c_rope_pos(gc *c) {
+    const int32_t pos = 7;
+    mn_tensor y, x = GP(3, -1, 1, 3, 4, 2);
+    mn_rope(c->g, &y, x, i32_input(c, 1, S(1), &pos, 1), 500.0f, -2);
+    return y;
+}
+/* q [qs], k and v [ks] parameters; pos >= -1000 adds a position input */
+static mn_tensor attn_case(gc *c, const int64_t *qs, const int64_t *ks, bool causal, int64_t window, float scale,
+                           int pos, float lo, float hi, float klo, float khi) {
+    mn_attention_params p = {causal, window, scale};
+    mn_tensor y, q = gp(c, 4, qs, lo, hi), k = gp(c, 4, ks, klo, khi), v = gp(c, 4, ks, -1, 1);
+    mn_tensor pt = MN_NONE;
+    if (pos > -1000) pt = i32_input(c, 1, S(1), (const int32_t[]){pos}, 1);
+    if (mn_attention(c->g, &y, q, k, v, pt, &p)) return MN_NONE;
+    return y;
+}
+/* cross attention (Tq != Tk, no mask), odd head dim */
+static mn_tensor c_attn_cross(gc *c) { return attn_case(c, S(2, 2, 3, 5), S(2, 2, 4, 5), false, 0, 0, -1000, -1, 1, -1, 1); }
+static mn_tensor c_attn_causal(gc *c) { return attn_case(c, S(1, 2, 5, 4), S(1, 2, 5, 4), true, 0, 0, -1000, -1, 1, -1, 1); }
+/* grouped-query (4 query heads on 2 kv heads), Tq < Tk: offset Tk - Tq */
+static mn_tensor c_attn_gqa(gc *c) { return attn_case(c, S(1, 4, 3, 3), S(1, 2, 5, 3), true, 0, 0, -1000, -1, 1, -1, 1); }
+static mn_tensor c_attn_window(gc *c) { return attn_case(c, S(1, 2, 6, 4), S(1, 2, 6, 4), true, 2, 0, -1000, -1, 1, -1, 1); }
+/* one query row (a decoding step), 3 query heads per kv head */
+static mn_tensor c_attn_tq1(gc *c) { return attn_case(c, S(2, 3, 1, 5), S(2, 1, 7, 5), true, 0, 0.7f, -1000, -1, 1, -1, 1); }
+/* over a cache of 8 rows filled up to pos + Tq = 5 */
+static mn_tensor c_attn_pos(gc *c) { return attn_case(c, S(1, 2, 2, 3), S(1, 1, 8, 3), true, 0, 0, 3, -1, 1, -1, 1); }
+static mn_tensor c_attn_pos_window(gc *c) { return attn_case(c, S(1, 2, 3, 2), S(1, 2, 9, 2), true, 3, 0, 4, -1, 1, -1, 1); }
+/* full attention over a partly filled cache */
+static mn_tensor c_attn_pos_full(gc *c) { return attn_case(c, S(1, 1, 2, 3), S(1, 1, 6, 3), false, 0, 0, 2, -1, 1, -1, 1); }
+/* Tq > Tk causal: the first two query rows attend no key (zeros) */
+static mn_tensor c_attn_empty(gc *c) { return attn_case(c, S(1, 1, 4, 2), S(1, 1, 2, 2), true, 0, 0, -1000, -1, 1, -1, 1); }
+/* size-1 everything: one table row, one position, one head of dim 1 */
+static mn_tensor c_embedding_1(gc *c) {
+    const int32_t id = 0;
+    mn_tensor y;
+    mn_embedding(c->g, &y, GP(2, -1, 1, 1, 1), i32_input(c, 1, S(1), &id, 1));
+    return y;
+}
+static mn_tensor c_rope_1(gc *c) { mn_tensor y; mn_rope(c->g, &y, GP(2, -1, 1, 1, 2), MN_NONE, 0, 1); return y; }
+/* (one key would make the softmax 1 and every q/k gradient exactly 0: the
+ * backends' rounding noise around 0 is not comparable, so two keys) */
+static mn_tensor c_attn_1(gc *c) { return attn_case(c, S(1, 1, 1, 1), S(1, 1, 2, 1), true, 0, 0, -1000, -1, 1, -1, 1); }
+/* peaked softmax: logits up to about 20 (logits of 1e3 are checked by shift
+ * invariance in test_ops_transformer.c: central differences cannot resolve
+ * them) */
+static mn_tensor c_attn_peaked(gc *c) { return attn_case(c, S(1, 2, 3, 4), S(1, 2, 5, 4), true, 0, 6.0f, -1000, -1, 1, -1, 1); }
 
 typedef struct gcase {
     op_id op;
@@ -418,6 +480,15 @@ static const gcase cases[] = {
     {OP_CONV2D_BWD_WEIGHT, "conv2d_bwd_weight", c_conv2d_bwd_weight, 0},
     {OP_MEAN, "batch_norm2d_train", c_bn_train, 0}, {OP_MEAN, "batch_norm2d_train_b1", c_bn_train_batch1, 0},
     {OP_MEAN, "batch_norm2d_train_hw1", c_bn_train_hw1, 0}, {OP_RSQRT, "batch_norm2d_eval", c_bn_eval, 0},
+    {OP_EMBEDDING, "embedding_dup_oob", c_embedding, 0}, {OP_ROPE, "rope", c_rope, 0},
+    {OP_ROPE, "rope_pos_dh2", c_rope_pos, 0}, {OP_ATTENTION, "attn_cross_d5", c_attn_cross, 0},
+    {OP_ATTENTION, "attn_causal", c_attn_causal, 0}, {OP_ATTENTION, "attn_gqa_offset", c_attn_gqa, 0},
+    {OP_ATTENTION, "attn_window", c_attn_window, 0}, {OP_ATTENTION, "attn_tq1_gqa3", c_attn_tq1, 0},
+    {OP_ATTENTION, "attn_cache_pos", c_attn_pos, 0}, {OP_ATTENTION, "attn_cache_pos_window", c_attn_pos_window, 0},
+    {OP_ATTENTION, "attn_cache_pos_full", c_attn_pos_full, 0}, {OP_ATTENTION, "attn_empty_rows", c_attn_empty, 0},
+    {OP_ATTENTION, "attn_peaked", c_attn_peaked, 0},
+    {OP_EMBEDDING, "embedding_1x1", c_embedding_1, 0}, {OP_ROPE, "rope_t1_dh2", c_rope_1, 0},
+    {OP_ATTENTION, "attn_size_1_two_keys", c_attn_1, 0},
 };
 
 

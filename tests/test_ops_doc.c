@@ -56,7 +56,7 @@ int main(void) {
         if (!r) continue;
         bool diff = autodiff_has_rule((op_id)op), prim = strstr(r->kind, "primitive") != NULL;
         CHECK_MSG(diff == prim, "op '%s': kind '%s' but it %s a backward rule", op_table[op].name, r->kind,
-                  diff ? "has" : "has no");
+                  diff ? "has" : "does not have");
     }
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < i; j++)

@@ -31,6 +31,9 @@ static bool owned(op_id op) {
     /* the layout family (vk_gen_layout.c): tests/test_ops_layout.c */
     case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_AVGPOOL2D: case OP_AVGPOOL2D_BWD:
     case OP_UPSAMPLE_NEAREST2D: case OP_EMA_UPDATE:
+    /* the transformer family: vk_gen_transformer.c, tests/test_ops_transformer.c */
+    case OP_EMBEDDING: case OP_EMBEDDING_BWD: case OP_ROPE: case OP_ATTENTION: case OP_ATTENTION_LSE:
+    case OP_ATTENTION_BWD_PREP: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV: case OP_KV_APPEND:
         return false;
     default:
         return true;

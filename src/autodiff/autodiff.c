@@ -324,6 +324,67 @@ static mn_status grad_conv2d_bwd_input(adctx *c, const node *n, int32_t y, int32
     return MN_OK;
 }
 
+/* ---- transformer family ---------------------------------------------------- */
+
+/* A helper node with inputs, ip and fp copied from a forward node's
+ * conventions and an explicit result shape. */
+static mn_status helper_fp(adctx *c, int32_t *out, op_id op, int nin, const int32_t *in, const node *shape_of,
+                           const node *params_of) {
+    node p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.nin = nin;
+    p.lr_mult = 1.0f;
+    for (int i = 0; i < nin; i++) p.in[i] = in[i];
+    memcpy(p.ip, params_of->ip, sizeof p.ip);
+    memcpy(p.fp, params_of->fp, sizeof p.fp);
+    if (shape_of) {
+        p.rank = shape_of->rank;
+        memcpy(p.shape, shape_of->shape, sizeof p.shape);
+    }
+    return graph_add(c->g, out, &p);
+}
+
+/* dtable = per-row sums of dy over the positions holding the row's id. */
+static mn_status grad_embedding(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    int32_t in[2] = {n->in[1], dy};
+    const node t = c->g->nodes[n->in[0]];
+    return helper(c, &dx[0], OP_EMBEDDING_BWD, 2, in, &t, NULL, 0);
+}
+
+/* A rotation's gradient is the rotation by the negative angle: the same op
+ * with the inverse flag flipped (so it is itself differentiable). */
+static mn_status grad_rope(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    node p = *n;
+    p.ip[1] = !n->ip[1];
+    int32_t in[2] = {dy, n->nin > 1 ? n->in[1] : MN_NONE};
+    return helper_fp(c, &dx[0], OP_ROPE, n->nin, in, n, &p);
+}
+
+/* Flash-attention backward: the row log-sum-exp is recomputed (one online
+ * pass, no Tq x Tk matrix), packed with delta_i = dout_i . out_i, then dq is
+ * gathered per query row and dk, dv per key row (a kv head summing the query
+ * heads of its group): no atomics, no scatter. */
+static mn_status grad_attention(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const bool has_pos = n->nin > 3;
+    const node q = c->g->nodes[n->in[0]], k = c->g->nodes[n->in[1]];
+    int32_t lse, prep;
+    mn_status st;
+    if ((st = helper_fp(c, &lse, OP_ATTENTION_LSE, n->nin, n->in, NULL, n))) return st;
+    int32_t pin[3] = {y, dy, lse};
+    if ((st = helper_fp(c, &prep, OP_ATTENTION_BWD_PREP, 3, pin, NULL, n))) return st;
+    int32_t in[6] = {n->in[0], n->in[1], n->in[2], dy, prep, has_pos ? n->in[3] : MN_NONE};
+    const int nin = has_pos ? 6 : 5;
+    if (need(c, n, 0) && (st = helper_fp(c, &dx[0], OP_ATTENTION_BWD_Q, nin, in, &q, n))) return st;
+    for (int which = 0; which < 2; which++) {
+        if (!need(c, n, 1 + which)) continue;
+        node p = *n;
+        p.ip[2] = which; /* 0: dk, 1: dv */
+        if ((st = helper_fp(c, &dx[1 + which], OP_ATTENTION_BWD_KV, nin, in, &k, &p))) return st;
+    }
+    return MN_OK;
+}
+
 /* n = conv2d_bwd_weight(x, u): n[o,ci,kh,kw] = sum x[b,g*Cg+ci,ih,iw] * u[b,o,oh,ow], bilinear.
  *   d/dx = conv2d_bwd_input(u, dy) (dy in the place of the weight);
  *   d/du = conv2d(x, dy). */

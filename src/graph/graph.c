@@ -15,7 +15,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 63, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 72, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -412,6 +412,13 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
     case OP_ADAM_UPDATE:
         fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld", n->fp[0],
                 n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0]);
+        break;
+    case OP_ROPE:
+        fprintf(f, " theta=%.9g offset=%lld%s", n->fp[0], (long long)n->ip[0], n->ip[1] ? " inverse" : "");
+        break;
+    case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV:
+        fprintf(f, " causal=%lld window=%lld scale=%.9g", (long long)n->ip[0], (long long)n->ip[1], n->fp[0]);
+        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", n->ip[2] ? "v" : "k");
         break;
     default: break;
     }
@@ -942,4 +949,45 @@ mn_status mn_fold_batch_norm(float *w_out, float *b_out, const float *w, const f
         b_out[o] = (float)(((b ? (double)b[o] : 0.0) - (double)mean[o]) * sc + (beta ? (double)beta[o] : 0.0));
     }
     return MN_OK;
+}
+/* ---- transformer family --------------------------------------------------- */
+
+mn_status mn_embedding(mn_graph *g, mn_tensor *out, mn_tensor table, mn_tensor ids) {
+    return binary(g, out, OP_EMBEDDING, table, ids);
+}
+
+mn_status mn_rope(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor pos, float theta, int64_t offset) {
+    mn_tensor in[2] = {x, pos};
+    node p = proto_op(OP_ROPE, pos == MN_NONE ? 1 : 2, in);
+    p.fp[0] = theta == 0.0f ? 10000.0 : (double)theta;
+    p.ip[0] = offset;
+    return add_op(g, out, &p);
+}
+
+mn_status mn_attention(mn_graph *g, mn_tensor *out, mn_tensor q, mn_tensor k, mn_tensor v, mn_tensor pos,
+                       const mn_attention_params *ap) {
+    mn_tensor in[4] = {q, k, v, pos};
+    node p = proto_op(OP_ATTENTION, pos == MN_NONE ? 3 : 4, in);
+    mn_attention_params d = {false, 0, 0.0f};
+    if (!ap) ap = &d;
+    p.ip[0] = ap->causal;
+    p.ip[1] = ap->window;
+    /* the default scale is resolved here, rounded to f32 like a given one, so
+     * every backend and precision multiplies by the same number */
+    float scale = ap->scale;
+    if (scale == 0.0f && g && tensor_ok(g, q) && g->nodes[q].rank == 4 && g->nodes[q].shape[3] > 0)
+        scale = (float)(1.0 / sqrt((double)g->nodes[q].shape[3]));
+    p.fp[0] = scale;
+    return add_op(g, out, &p);
+}
+
+mn_status mn_graph_state(mn_graph *g, mn_tensor *out, const char *name, int rank, const int64_t *shape) {
+    mn_init none = {MN_INIT_ZEROS, 0, 0};
+    return add_source(g, out, OP_STATE, "state", name, MN_F32, rank, shape, none);
+}
+
+mn_status mn_kv_append(mn_graph *g, mn_tensor *out, mn_tensor cache, mn_tensor x, mn_tensor pos) {
+    mn_tensor in[3] = {cache, x, pos};
+    node p = proto_op(OP_KV_APPEND, 3, in);
+    return add_op(g, out, &p);
 }

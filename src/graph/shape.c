@@ -483,6 +483,131 @@ static mn_status infer_upsample(mn_graph *g, node *n) {
     return MN_OK;
 }
 
+/* ---- transformer family ---------------------------------------------------- */
+
+/* Positions, offsets and windows stay within 2^29 so that every backend can
+ * form i + offset in 32-bit arithmetic. */
+#define TR_POS_LIMIT ((int64_t)1 << 29)
+
+/* Input i, if present, is an i32 tensor of one element (a host-written
+ * position). */
+static mn_status need_pos(mn_graph *g, const node *n, int i) {
+    if (n->nin <= i) return MN_OK;
+    const node *p = IN(i);
+    char sb[96];
+    if (p->dtype != MN_I32 || node_numel(p) != 1)
+        return graph_fail(g, MN_E_DTYPE, "%s: the position (input %d, %%%d) must be an i32 tensor of one element, got %s %s",
+                          op_table[n->op].name, i, n->in[i], mn_dtype_name(p->dtype), SHP(sb, p));
+    return MN_OK;
+}
+
+static bool shape_is(const node *x, int rank, const int64_t *s) {
+    if (x->rank != rank) return false;
+    for (int i = 0; i < rank; i++)
+        if (x->shape[i] != s[i]) return false;
+    return true;
+}
+
+/* table [V,D], ids i32 rank 1..3 -> ids.shape + [D]. */
+static mn_status infer_embedding(mn_graph *g, node *n) {
+    const node *t = IN(0), *ids = IN(1);
+    char sa[96], sb[96];
+    mn_status st = need_f32(g, n, 0);
+    if (st) return st;
+    if (t->rank != 2)
+        return graph_fail(g, MN_E_SHAPE, "embedding: table must be [V,D], got %s", SHP(sa, t));
+    if (ids->dtype != MN_I32)
+        return graph_fail(g, MN_E_DTYPE, "embedding: ids must be i32, got %s %s", mn_dtype_name(ids->dtype), SHP(sb, ids));
+    if (ids->rank < 1 || ids->rank > MN_MAX_RANK - 1)
+        return graph_fail(g, MN_E_SHAPE, "embedding: ids must have rank 1..%d, got %s (table %s)", MN_MAX_RANK - 1,
+                          SHP(sb, ids), SHP(sa, t));
+    int64_t s[MN_MAX_RANK];
+    for (int i = 0; i < ids->rank; i++) s[i] = ids->shape[i];
+    s[ids->rank] = t->shape[1];
+    set_shape(n, ids->rank + 1, s);
+    return MN_OK;
+}
+
+/* (ids, dy) -> [V,D] (node shape, set by autodiff). */
+static mn_status infer_embedding_bwd(mn_graph *g, node *n) {
+    const node *ids = IN(0), *dy = IN(1);
+    char sa[96], sb[96], sc[96];
+    mn_status st = need_f32(g, n, 1);
+    if (st) return st;
+    int64_t want[MN_MAX_RANK];
+    for (int i = 0; i < ids->rank && i < MN_MAX_RANK; i++) want[i] = ids->shape[i];
+    if (n->rank == 2 && ids->rank < MN_MAX_RANK) want[ids->rank] = n->shape[1];
+    if (ids->dtype != MN_I32 || n->rank != 2 || ids->rank >= MN_MAX_RANK || !shape_is(dy, ids->rank + 1, want))
+        return graph_fail(g, MN_E_SHAPE, "embedding_bwd: ids %s %s, dy %s and table %s do not agree",
+                          mn_dtype_name(ids->dtype), SHP(sa, ids), SHP(sb, dy), SHP(sc, n));
+    return MN_OK;
+}
+
+/* x [..., T, Dh] (Dh even)[, pos] -> x shape. */
+static mn_status infer_rope(mn_graph *g, node *n) {
+    const node *x = IN(0);
+    char sa[96];
+    mn_status st;
+    if ((st = need_f32(g, n, 0)) || (st = need_pos(g, n, 1))) return st;
+    if (x->rank < 2 || x->shape[x->rank - 1] % 2)
+        return graph_fail(g, MN_E_SHAPE, "rope: x must be [..., T, Dh] with Dh even, got %s", SHP(sa, x));
+    if (!(n->fp[0] > 0) || !isfinite(n->fp[0]))
+        return graph_fail(g, MN_E_INVALID, "rope: theta %g must be finite and > 0", n->fp[0]);
+    if (n->ip[0] < -TR_POS_LIMIT || n->ip[0] > TR_POS_LIMIT || x->shape[x->rank - 2] > TR_POS_LIMIT)
+        return graph_fail(g, MN_E_INVALID, "rope: offset %lld or length %lld beyond 2^29 (x %s)", (long long)n->ip[0],
+                          (long long)x->shape[x->rank - 2], SHP(sa, x));
+    if (n->ip[1] != 0 && n->ip[1] != 1) return graph_fail(g, MN_E_INVALID, "rope: inverse flag %lld", (long long)n->ip[1]);
+    copy_shape_of(n, x);
+    return MN_OK;
+}
+
+/* q [B,Hq,Tq,D], k, v [B,Hkv,Tk,D] (inputs 0..2) and the attention
+ * parameters; pos_at: index of the optional position input. */
+static mn_status check_qkv(mn_graph *g, node *n, int pos_at) {
+    const node *q = IN(0), *k = IN(1), *v = IN(2);
+    char sa[96], sb[96], sc[96];
+    const char *on = op_table[n->op].name;
+    mn_status st;
+    for (int i = 0; i < 3; i++)
+        if ((st = need_f32(g, n, i))) return st;
+    if ((st = need_pos(g, n, pos_at))) return st;
+    if (q->rank != 4 || k->rank != 4 || !shape_is(v, k->rank, k->shape) || q->shape[0] != k->shape[0] ||
+        q->shape[3] != k->shape[3] || q->shape[1] % k->shape[1])
+        return graph_fail(g, MN_E_SHAPE,
+                          "%s: q %s, k %s, v %s: want q [B,Hq,Tq,D], k and v [B,Hkv,Tk,D] with Hq a multiple of Hkv",
+                          on, SHP(sa, q), SHP(sb, k), SHP(sc, v));
+    if (q->shape[2] > TR_POS_LIMIT || k->shape[2] > TR_POS_LIMIT)
+        return graph_fail(g, MN_E_SHAPE, "%s: sequence lengths beyond 2^29 (q %s, k %s)", on, SHP(sa, q), SHP(sb, k));
+    if (n->ip[0] != 0 && n->ip[0] != 1) return graph_fail(g, MN_E_INVALID, "%s: causal flag %lld", on, (long long)n->ip[0]);
+    if (n->ip[1] < 0 || n->ip[1] > TR_POS_LIMIT || (n->ip[1] && !n->ip[0]))
+        return graph_fail(g, MN_E_INVALID, "%s: window %lld must be in [0, 2^29] and needs causal attention", on,
+                          (long long)n->ip[1]);
+    if (!isfinite(n->fp[0]) || n->fp[0] == 0)
+        return graph_fail(g, MN_E_INVALID, "%s: scale %g must be finite and non-zero", on, n->fp[0]);
+    return MN_OK;
+}
+
+static mn_status infer_attention(mn_graph *g, node *n) {
+    mn_status st = check_qkv(g, n, 3);
+    if (st) return st;
+    if (n->op == OP_ATTENTION) copy_shape_of(n, IN(0));
+    else set_shape(n, 3, IN(0)->shape);
+    return MN_OK;
+}
+
+/* (out, dout, lse) -> [B,Hq,Tq,2]. */
+static mn_status infer_attention_bwd_prep(mn_graph *g, node *n) {
+    const node *o = IN(0), *lse = IN(2);
+    char sa[96], sb[96];
+    mn_status st = same_shape(g, n, 0, 1);
+    if (st) return st;
+    if (o->rank != 4 || !shape_is(lse, 3, o->shape))
+        return graph_fail(g, MN_E_SHAPE, "attention_bwd_prep: out %s and lse %s disagree", SHP(sa, o), SHP(sb, lse));
+    int64_t s[4] = {o->shape[0], o->shape[1], o->shape[2], 2};
+    set_shape(n, 4, s);
+    return MN_OK;
+}
+
 static mn_status infer_ema(mn_graph *g, node *n) {
     const node *r = IN(0), *v = IN(1);
     char sa[96], sb[96];
@@ -498,6 +623,41 @@ static mn_status infer_ema(mn_graph *g, node *n) {
     copy_shape_of(n, r);
     return MN_OK;
 }
+
+/* (q, k, v, dout, prep[, pos]) -> dq (q shape) or dk/dv (k shape). */
+static mn_status infer_attention_bwd(mn_graph *g, node *n) {
+    const node *q = IN(0), *dout = IN(3), *prep = IN(4);
+    char sa[96], sb[96];
+    mn_status st = check_qkv(g, n, 5);
+    if (st) return st;
+    int64_t ps[4] = {q->shape[0], q->shape[1], q->shape[2], 2};
+    if (!shape_is(dout, 4, q->shape) || !shape_is(prep, 4, ps))
+        return graph_fail(g, MN_E_SHAPE, "%s: dout %s or prep %s does not match q", op_table[n->op].name,
+                          SHP(sa, dout), SHP(sb, prep));
+    if (n->op == OP_ATTENTION_BWD_KV && n->ip[2] != 0 && n->ip[2] != 1)
+        return graph_fail(g, MN_E_INVALID, "attention_bwd_kv: wrt %lld", (long long)n->ip[2]);
+    copy_shape_of(n, n->op == OP_ATTENTION_BWD_Q ? q : IN(1));
+    return MN_OK;
+}
+
+/* (cache [..., Tmax, D], x [..., Tnew, D], pos) -> cache shape. */
+static mn_status infer_kv_append(mn_graph *g, node *n) {
+    const node *c = IN(0), *x = IN(1);
+    char sa[96], sb[96];
+    mn_status st;
+    if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1)) || (st = need_pos(g, n, 2))) return st;
+    if (c->op != OP_STATE && c->op != OP_KV_APPEND)
+        return graph_fail(g, MN_E_INVALID, "kv_append: the cache (%%%d %s) must be a state tensor (mn_graph_state) or an append's result, got op %s",
+                          n->in[0], SHP(sa, c), op_table[c->op].name);
+    bool ok = c->rank >= 2 && x->rank == c->rank && x->shape[x->rank - 1] == c->shape[c->rank - 1];
+    for (int i = 0; ok && i < c->rank - 2; i++) ok = x->shape[i] == c->shape[i];
+    if (!ok)
+        return graph_fail(g, MN_E_SHAPE, "kv_append: x %s does not fit cache %s (want [..., Tnew, D] with the cache's leading dims and D)",
+                          SHP(sb, x), SHP(sa, c));
+    copy_shape_of(n, c);
+    return MN_OK;
+}
+
 
 mn_status graph_infer(mn_graph *g, node *n) {
     char sa[96], sb[96];
@@ -610,6 +770,20 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return infer_upsample(g, n);
     case OP_EMA_UPDATE:
         return infer_ema(g, n);
+    case OP_EMBEDDING:
+        return infer_embedding(g, n);
+    case OP_EMBEDDING_BWD:
+        return infer_embedding_bwd(g, n);
+    case OP_ROPE:
+        return infer_rope(g, n);
+    case OP_ATTENTION: case OP_ATTENTION_LSE:
+        return infer_attention(g, n);
+    case OP_ATTENTION_BWD_PREP:
+        return infer_attention_bwd_prep(g, n);
+    case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV:
+        return infer_attention_bwd(g, n);
+    case OP_KV_APPEND:
+        return infer_kv_append(g, n);
     case OP_COUNT:
         break;
     }

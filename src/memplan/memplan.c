@@ -2,7 +2,8 @@
 #include "memplan/memplan.h"
 
 bool memplan_is_alias(op_id op) {
-    return op == OP_RESHAPE || op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE || op == OP_EMA_UPDATE;
+    return op == OP_RESHAPE || op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE || op == OP_EMA_UPDATE ||
+           op == OP_KV_APPEND;
 }
 
 int32_t memplan_root(const mn_graph *g, int32_t id) {

@@ -46,7 +46,8 @@ void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f);
 
 /* Storage root of a node: follows views/in-place aliases to the owner. */
 int32_t memplan_root(const mn_graph *g, int32_t id);
-/* True if op's output is a view/alias of input 0 (RESHAPE, optimizer updates). */
+/* True if op's output is a view/alias of input 0 (RESHAPE, optimizer updates,
+ * KV_APPEND). */
 bool memplan_is_alias(op_id op);
 
 #endif

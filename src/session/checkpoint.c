@@ -3,7 +3,8 @@
  * Saved: every parameter (its graph name), every optimizer state tensor
  * ("optim.<kind>.<slot>.<param>") of a training session, and metadata:
  * format, meganeura.version, meganeura.step, meganeura.optimizer,
- * meganeura.lr_schedule, meganeura.next_lr, plus the user's keys.
+ * meganeura.lr_schedule, meganeura.next_lr, plus the user's keys. Not saved:
+ * the state tensors of mn_graph_state (KV caches: scratch of a decode).
  * Loading validates the whole file against the session before changing
  * anything, so a failed load leaves the session as it was.
  *
@@ -16,8 +17,11 @@
 #include "optim/optim.h"
 #include "session/session.h"
 
+/* Parameters, and the optimizer's state in training sessions; other state
+ * tensors (mn_graph_state: KV caches) are scratch, never saved. */
 static bool saved_node(const mn_session *s, const node *n) {
-    return n->op == OP_PARAM || (n->op == OP_STATE && s->opt.mode == MN_MODE_TRAINING);
+    return n->op == OP_PARAM ||
+           (n->op == OP_STATE && (n->flags & NODE_F_OPTIM) && s->opt.mode == MN_MODE_TRAINING);
 }
 
 mn_status mn_session_save(mn_session *s, const char *path) {

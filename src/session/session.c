@@ -201,7 +201,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     }
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        if (n->flags & (NODE_F_OUTPUT | NODE_F_LOSS)) roots[nr++] = i;
+        /* a KV-cache append writes persistent state: it runs in run and step
+         * even when no output reads the cache */
+        if ((n->flags & (NODE_F_OUTPUT | NODE_F_LOSS)) || n->op == OP_KV_APPEND) roots[nr++] = i;
     }
     nf = nr;
     passes_mark_live(g, roots, nf, fwd);

@@ -693,6 +693,9 @@ KN_DEF(sumsq) {
 /* ---- the layout family (slice, pad, concat, avg pooling, upsampling, EMA) - */
 
 #include "backend/cpu/kernels_layout.h"
+/* ---- op families in their own files -------------------------------------- */
+
+#include "backend/cpu/kernels_transformer.h"
 
 /* ---- the table ----------------------------------------------------------- */
 

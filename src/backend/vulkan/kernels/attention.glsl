@@ -1,0 +1,307 @@
+// attention.glsl - scaled dot-product attention, flash-attention style, and
+// its backward gathers. No Tq x Tk matrix exists anywhere: scores are
+// recomputed where they are needed.
+//
+// AT_OP (from vk_gen_transformer.c):
+//   AT_FWD    (q, k, v[, pos]) -> out [B,Hq,Tq,D]: online softmax, a running
+//             max m, sum l and accumulator per query row
+//   AT_LSE    (q, k, v[, pos]) -> [B,Hq,Tq]: m + log(l) of the same loop
+//             (-inf for a row with no key)
+//   AT_BWD_Q  (q, k, v, dout, prep[, pos]) -> dq: per query row,
+//             scale * sum_j P_ij (dout_i . v_j - delta_i) k_j
+//   AT_BWD_KV (same inputs) -> dk (AT_WRT_V 0) or dv (1): per key row j,
+//             summed over the query rows of every query head of j's group:
+//             dk_j = scale * sum dS_ij q_i, dv_j = sum P_ij dout_i
+// with P_ij = exp(s_ij - lse_i), s_ij = scale * q_i . k_j, and prep holding
+// (lse_i, delta_i = dout_i . out_i) per query row.
+//
+// Mask (identical to the CPU kernel): key j exists if j < kvlen; causal:
+// j <= i + off, window W > 0: j > i + off - W. Without a position input
+// off = Tk - Tq, kvlen = Tk; with one, off = pos (clamped to +-2^29),
+// kvlen = clamp(pos + Tq, 0, Tk).
+//
+// Work split: a workgroup (LOCAL_X = AT_R * AT_S invocations) owns AT_R rows
+// (query rows, or key rows for AT_BWD_KV) of one (batch, head); invocation
+// t serves row t / AT_S and takes every AT_S-th item of each tile, where
+// items are keys (query-side ops) or (query head, query row) pairs
+// (AT_BWD_KV). Only items that can pass the mask for some row of the block
+// are visited. Tiles of AT_BK items, AT_ITEMW floats each (k, v rows; or q,
+// dout rows and the two prep values), are loaded cooperatively into shared
+// memory. At the end the AT_S partial results of a row are merged through
+// shared memory (running maxima rescaled to the common one). Every output
+// element is written by one invocation; no atomics.
+//
+// Numerics: f32 throughout; dot products are plain f32 sums. The online
+// rescaling keeps every exponent <= 0, so logits of 1e3 and more neither
+// overflow nor lose the softmax (tested). A row with no key writes zeros
+// (and lse -inf).
+//
+// Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
+// X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
+// AT_TK, AT_D, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS, AT_WRT_V,
+// AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_NBLK, TR_NWG.
+// Does not: use subgroup operations or cooperative matrices (a later,
+// faster variant can slot in as another template).
+
+#define AT_FWD 0
+#define AT_LSE 1
+#define AT_BWD_Q 2
+#define AT_BWD_KV 3
+
+#define AT_LOCAL uint(AT_R * AT_S)
+#define MN_NEG_INF uintBitsToFloat(0xff800000u)
+
+shared float sh_tile[AT_BK * AT_ITEMW];
+shared float sh_a[AT_LOCAL];
+shared float sh_b[AT_LOCAL];
+
+int g_off, g_kvlen;
+
+bool at_valid(int i, int j) {
+    if (j >= g_kvlen) return false;
+#if AT_CAUSAL
+    int last = i + g_off;
+    if (j > last) return false;
+#if AT_WINDOW > 0
+    if (j <= last - AT_WINDOW) return false;
+#endif
+#endif
+    return true;
+}
+
+void main() {
+    uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (wg >= TR_NWG) return; // uniform over the workgroup
+    uint blk = wg % AT_NBLK, head = wg / AT_NBLK;
+    uint t = gl_LocalInvocationID.x, r = t / AT_S, s = t % AT_S;
+    int row0 = int(blk * AT_R);
+    int rowc = min(int(AT_R), AT_NROWS - row0);
+    int row = row0 + int(r);
+    bool live = int(r) < rowc;
+#if AT_HAS_POS
+    int pos = clamp(AT_POS, -(1 << 29), 1 << 29);
+    g_off = pos;
+    g_kvlen = clamp(pos + AT_TQ, 0, AT_TK);
+#else
+    g_off = AT_TK - AT_TQ;
+    g_kvlen = AT_TK;
+#endif
+
+#if AT_OP == AT_BWD_KV
+    // rows are keys of kv head hk; items are (query head gq of the group, query row i)
+    uint b = head / AT_HKV, hk = head % AT_HKV;
+    uint kvbase = head * uint(AT_TK) * AT_D;
+    uint rowoff = kvbase + uint(row) * AT_D;
+    int ilo = 0, ihi = row0 < g_kvlen ? AT_TQ : 0;
+#if AT_CAUSAL
+    ilo = max(0, row0 - g_off);
+#if AT_WINDOW > 0
+    ihi = min(ihi, row0 + rowc - 1 - g_off + AT_WINDOW);
+#endif
+#endif
+    int ni = max(ihi - ilo, 0);
+    int nitems = int(AT_GRP) * ni;
+    uint qhead0 = b * AT_HQ + hk * AT_GRP; // first query head of the group
+#else
+    // rows are queries of query head h; items are keys of kv head h / GRP
+    uint b = head / AT_HQ, h = head % AT_HQ;
+    uint kvbase = (b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
+    uint rowoff = (head * uint(AT_TQ) + uint(row)) * AT_D;
+    int lo = 0, hi = g_kvlen;
+#if AT_CAUSAL
+    hi = min(hi, row0 + rowc - 1 + g_off + 1);
+#if AT_WINDOW > 0
+    lo = max(0, row0 + g_off - AT_WINDOW + 1);
+#endif
+#endif
+    int nitems = max(hi - lo, 0);
+#endif
+
+    // the row's own vectors
+    float rv[AT_D]; // q row (query-side ops) or k row (AT_BWD_KV)
+#if AT_OP == AT_BWD_Q
+    float dov[AT_D];
+    float lse = 0.0, delta = 0.0;
+#endif
+#if AT_OP == AT_BWD_KV && !AT_WRT_V
+    float vv[AT_D];
+#endif
+#if AT_OP != AT_LSE
+    float acc[AT_D];
+#endif
+    for (uint d = 0u; d < AT_D; d++) {
+#if AT_OP == AT_BWD_KV
+        rv[d] = live ? X1(rowoff + d) : 0.0;
+#if !AT_WRT_V
+        vv[d] = live ? X2(rowoff + d) : 0.0;
+#endif
+#else
+        rv[d] = live ? X0(rowoff + d) : 0.0;
+#endif
+#if AT_OP == AT_BWD_Q
+        dov[d] = live ? X3(rowoff + d) : 0.0;
+#endif
+#if AT_OP != AT_LSE
+        acc[d] = 0.0;
+#endif
+    }
+#if AT_OP == AT_BWD_Q
+    if (live) {
+        uint qi = head * uint(AT_TQ) + uint(row);
+        lse = X4(2u * qi);
+        delta = X4(2u * qi + 1u);
+    }
+#endif
+    float m = MN_NEG_INF, l = 0.0;
+    bool any = false;
+
+    for (int base = 0; base < nitems; base += AT_BK) {
+        int cnt = min(AT_BK, nitems - base);
+        // cooperative load of items base .. base + cnt - 1
+        for (uint e = t; e < uint(cnt) * AT_ITEMW; e += AT_LOCAL) {
+            int u = base + int(e / AT_ITEMW);
+            uint c = e % AT_ITEMW;
+#if AT_OP == AT_BWD_KV
+            uint qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
+            float val;
+            if (c < AT_D) val = X0(qrow * AT_D + c);
+            else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
+            else val = X4(2u * qrow + (c - 2u * AT_D));
+            sh_tile[e] = val;
+#else
+            uint koff = kvbase + uint(lo + u) * AT_D;
+#if AT_OP == AT_LSE
+            sh_tile[e] = X1(koff + c);
+#else
+            sh_tile[e] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+#endif
+#endif
+        }
+        memoryBarrierShared();
+        barrier();
+        if (live) {
+            for (int u = int(s); u < cnt; u += int(AT_S)) {
+                uint o = uint(u) * AT_ITEMW;
+#if AT_OP == AT_BWD_KV
+                int iq = ilo + (base + u) % ni;
+                if (!at_valid(iq, row)) continue;
+                float dot = 0.0;
+                for (uint d = 0u; d < AT_D; d++) dot += sh_tile[o + d] * rv[d];
+                float p = exp(dot * AT_SCALE - sh_tile[o + 2u * AT_D]);
+#if AT_WRT_V
+                for (uint d = 0u; d < AT_D; d++) acc[d] += p * sh_tile[o + AT_D + d];
+#else
+                float dp = 0.0;
+                for (uint d = 0u; d < AT_D; d++) dp += sh_tile[o + AT_D + d] * vv[d];
+                float ds = p * (dp - sh_tile[o + 2u * AT_D + 1u]);
+                for (uint d = 0u; d < AT_D; d++) acc[d] += ds * sh_tile[o + d];
+#endif
+#else
+                int j = lo + base + u;
+                if (!at_valid(row, j)) continue;
+                float dot = 0.0;
+                for (uint d = 0u; d < AT_D; d++) dot += rv[d] * sh_tile[o + d];
+                float sc = dot * AT_SCALE;
+#if AT_OP == AT_BWD_Q
+                float p = exp(sc - lse);
+                float dp = 0.0;
+                for (uint d = 0u; d < AT_D; d++) dp += dov[d] * sh_tile[o + AT_D + d];
+                float ds = p * (dp - delta);
+                for (uint d = 0u; d < AT_D; d++) acc[d] += ds * sh_tile[o + d];
+#else
+                if (!any) {
+                    m = sc;
+                    l = 1.0;
+#if AT_OP == AT_FWD
+                    for (uint d = 0u; d < AT_D; d++) acc[d] = sh_tile[o + AT_D + d];
+#endif
+                    any = true;
+                } else if (sc > m) {
+                    float cf = exp(m - sc); // rescale the running sums to the new max
+                    l = l * cf + 1.0;
+#if AT_OP == AT_FWD
+                    for (uint d = 0u; d < AT_D; d++) acc[d] = acc[d] * cf + sh_tile[o + AT_D + d];
+#endif
+                    m = sc;
+                } else {
+                    float p = exp(sc - m);
+                    l += p;
+#if AT_OP == AT_FWD
+                    for (uint d = 0u; d < AT_D; d++) acc[d] += p * sh_tile[o + AT_D + d];
+#endif
+                }
+#endif
+#endif
+            }
+        }
+        barrier(); // the tile is overwritten next
+    }
+
+    // ---- merge the AT_S partial results of each row and write ----
+#if AT_OP == AT_FWD || AT_OP == AT_LSE
+    float f = 1.0, L = l;
+    bool rowany = any;
+#if AT_S > 1
+    sh_a[t] = any ? m : MN_NEG_INF;
+    memoryBarrierShared();
+    barrier();
+    float M = MN_NEG_INF;
+    rowany = false;
+    for (uint u = 0u; u < AT_S; u++) {
+        float mu = sh_a[r * AT_S + u];
+        if (mu != MN_NEG_INF) {
+            M = rowany ? max(M, mu) : mu;
+            rowany = true;
+        }
+    }
+    f = any ? exp(m - M) : 0.0;
+    sh_b[t] = l * f;
+    memoryBarrierShared();
+    barrier();
+    L = 0.0;
+    for (uint u = 0u; u < AT_S; u++) L += sh_b[r * AT_S + u];
+    m = M;
+#endif
+#if AT_OP == AT_LSE
+    if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
+#else
+    float invl = rowany ? 1.0 / L : 0.0;
+    for (uint d = 0u; d < AT_D; d++) {
+#if AT_S > 1
+        sh_a[t] = acc[d] * f; // every read of sh_a above happened before the last barrier
+        memoryBarrierShared();
+        barrier();
+        if (live && s == 0u) {
+            float v = 0.0;
+            for (uint u = 0u; u < AT_S; u++) v += sh_a[r * AT_S + u];
+            Y(rowoff + d) = v * invl;
+        }
+        barrier();
+#else
+        if (live) Y(rowoff + d) = acc[d] * invl;
+#endif
+    }
+#endif
+#else // backward: sum the partial gradients
+#if AT_OP == AT_BWD_KV && AT_WRT_V
+    const float outscale = 1.0;
+#else
+    const float outscale = AT_SCALE;
+#endif
+    for (uint d = 0u; d < AT_D; d++) {
+#if AT_S > 1
+        sh_a[t] = acc[d];
+        memoryBarrierShared();
+        barrier();
+        if (live && s == 0u) {
+            float v = 0.0;
+            for (uint u = 0u; u < AT_S; u++) v += sh_a[r * AT_S + u];
+            Y(rowoff + d) = outscale * v;
+        }
+        barrier();
+#else
+        if (live) Y(rowoff + d) = outscale * acc[d];
+#endif
+    }
+#endif
+}
