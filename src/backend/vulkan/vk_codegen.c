@@ -100,18 +100,17 @@ const char *vk_template(const char *name) {
 }
 
 char *vk_codegen_source(const vk_kernel *k) {
-    const char *pre = vk_template("preamble"), *body = k->tmpl ? vk_template(k->tmpl) : NULL;
-    if (!pre || !body) return NULL;
+    const char *pre = vk_template("preamble"), *math = vk_template("mathlib");
+    const char *body = k->tmpl ? vk_template(k->tmpl) : NULL;
+    if (!pre || !math || !body) return NULL;
     char head[160];
-    /* #version must come first: split the preamble after its first line */
-    const char *nl = strchr(pre, '\n');
-    size_t vlen = nl ? (size_t)(nl - pre + 1) : 0;
     snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
              k->local[1], k->local[2]);
-    size_t n = vlen + strlen(head) + k->dlen + strlen(pre + vlen) + strlen(body) + 64;
+    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(body) + 64;
     char *s = malloc(n);
     if (!s) return NULL;
-    /* the preamble opens with a comment line; #version is its second line */
+    /* #version must come first: it is cut out of the preamble and put first,
+     * then the workgroup size and the node's defines, then the rest */
     snprintf(s, n, "%s", "");
     size_t at = 0;
     const char *ver = strstr(pre, "#version");
@@ -122,7 +121,6 @@ char *vk_codegen_source(const vk_kernel *k) {
     }
     at += (size_t)snprintf(s + at, n - at, "%.*s", (int)(ver_end - ver + 1), ver);
     at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
-    at += (size_t)snprintf(s + at, n - at, "%s\n%s", ver_end + 1, body);
-    (void)vlen;
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s", ver_end + 1, math, body);
     return s;
 }

@@ -3,7 +3,8 @@
  * A kernel is a template (kernels/<name>.glsl, embedded into the binary at
  * build time) specialised by #define lines: shapes, strides, the arena each
  * tensor lives in, the expression of a pointwise op. The full source is
- *   kernels/preamble.glsl + LOCAL_X/Y/Z + the node's defines + the template.
+ *   #version + LOCAL_X/Y/Z + the node's defines + kernels/preamble.glsl
+ *   + kernels/mathlib.glsl (exp, log to ~1 ulp) + the template.
  *
  * Conventions every template relies on (set up by the preamble):
  * - the four memory-plan arenas are storage buffers a0..a3 (param, state,
@@ -15,7 +16,7 @@
  *   int32 tensor element; Y_N, X<i>_N are element counts (uint);
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
- * - mn_erf(x) is provided.
+ * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
  *
  * Does not: compile (vk_compile.c), record or run anything (vk_runtime.c).
  */

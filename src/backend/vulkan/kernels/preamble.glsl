@@ -24,11 +24,3 @@ layout(push_constant) uniform PushConstants { uint off[8]; } pc;
 #define X1I(i) floatBitsToInt(X1(i))
 
 #define GID (gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * (gl_NumWorkGroups.x * gl_WorkGroupSize.x))
-
-// erf with |error| < 1.5e-7 (Abramowitz & Stegun 7.1.26), enough for f32.
-float mn_erf(float x) {
-    float s = sign(x), a = abs(x);
-    float t = 1.0 / (1.0 + 0.3275911 * a);
-    float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
-    return s * y;
-}

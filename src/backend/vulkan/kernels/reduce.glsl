@@ -29,7 +29,6 @@
 #define RED_MSE 3
 #define RED_MAXBWD 4
 
-#define MN_INF uintBitsToFloat(0x7f800000u)
 
 // "v beats best": larger, or the first NaN (which then stays).
 bool mn_beats(float v, float best) { return isnan(best) ? false : (isnan(v) || v > best); }
