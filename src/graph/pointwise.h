@@ -1,6 +1,6 @@
 /* pointwise.h - shared definitions of the pointwise family (issue 4): the
  * dropout mask hash, identical in C (CPU kernels, Vulkan generator) and in
- * GLSL (kernels/pw_ext.glsl), and the session rule that makes dropout the
+ * GLSL (kernels/eltwise.glsl), and the session rule that makes dropout the
  * identity in inference sessions.
  *
  * The mask: element i of a dropout node is dropped iff

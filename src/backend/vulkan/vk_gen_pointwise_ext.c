@@ -1,5 +1,5 @@
 /* vk_gen_pointwise_ext.c - Vulkan generators of the pointwise family
- * (issue 4): abs, clamp, pow, where, dropout, pw_bwd (template pw_ext.glsl,
+ * (issue 4): abs, clamp, pow, where, dropout, pw_bwd (template eltwise.glsl,
  * the eltwise contract: one invocation per output element with broadcast
  * offsets) and ce_count (template ce_count.glsl, one workgroup).
  *
@@ -30,7 +30,7 @@ static mn_status pw_fail(const mn_graph *g, const node *n, mn_status st, char *e
 
 static mn_status pw_expr(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *expr,
                          char *err, size_t cap) {
-    return vk_gen_bcast_expr(k, g, n, caps, "pw_ext", expr, err, cap);
+    return vk_gen_bcast_expr(k, g, n, caps, "eltwise", expr, err, cap);
 }
 
 mn_status vkgen_abs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {

@@ -1,14 +1,21 @@
 // eltwise.glsl - one invocation per output element: y[i] = EXPR(a, b, c).
 //
-// Used by every pointwise op (unary, binary with broadcasting, unary_bwd)
-// and by the pure data moves (stop_grad, broadcast, permute), which are
-// gathers with EXPR(a, b, c) = (a).
+// Used by every pointwise op (unary, binary with broadcasting, unary_bwd;
+// abs, clamp, pow, where, dropout and pw_bwd of vk_gen_pointwise_ext.c) and
+// by the pure data moves (stop_grad, broadcast, permute), which are gathers
+// with EXPR(a, b, c) = (a).
 //
-// Defines from vk_gen_pointwise.c:
+// Defines from vk_gen_pointwise.c / vk_gen_pointwise_ext.c:
 //   NIN           inputs read (1..3): a = X0, b = X1, c = X2
 //   IX0(i)..IX2(i) element of input k read for output element i; strides of
 //                 broadcast or permuted inputs are baked into the expression
 //   EXPR(a, b, c) the output value
+//   dropout only: DROP_KEY (uint key of the seed), DROP_COUNTER (1: X1 is
+//   the i32 counter mixed into the key), DROP_ALL (1: p == 1, everything
+//   dropped), DROP_THR (drop when the hash is below it), DROP_SCALE
+//   (1 / (1 - p) as an f32 literal). mn_pow: C99/libm pow semantics for a
+//   constant exponent; pw_mix32/pw_keep: the mask of graph/pointwise.h, bit
+//   for bit.
 //
 // In place (Y aliasing X0, memplan op_inplace): invocation i reads its inputs
 // before it writes y[i] and touches no other output element; an input that
@@ -108,6 +115,73 @@ float mn_dsilu(float x) {
     float s = mn_sigmoid(x);
     return s * (1.0 + x * (1.0 - s));
 }
+
+// x^p with the special cases of C99 pow (p is finite: the graph checks it).
+// Integer |p| <= 64: binary powering of |x| (a few roundings); otherwise
+// exp(p log|x|) with the ~1 ulp mn_exp / mn_log (relative error about
+// |p log x| 2^-24).
+float mn_pow(float x, float p) {
+    if (p == 0.0 || x == 1.0) return 1.0;
+    if (isnan(x)) return x;
+    bool pint = p == floor(p);
+    // odd integer: below 2^24 the integer part fits an int; above, floats are even
+    bool podd = pint && abs(p) < 16777216.0 && (int(abs(p)) & 1) == 1;
+    bool neg = (floatBitsToUint(x) >> 31) != 0u;
+    if (isinf(x)) {
+        float r = p > 0.0 ? MN_INF : 0.0;
+        return neg && podd ? -r : r;
+    }
+    if (x == 0.0) {
+        float r = p > 0.0 ? 0.0 : MN_INF;
+        return neg && podd ? -r : r;
+    }
+    if (neg && !pint) return MN_NAN;
+    float ax = abs(x), r;
+    if (pint && abs(p) <= 64.0) {
+        uint e = uint(abs(p));
+        float b = ax;
+        r = 1.0;
+        while (e != 0u) {
+            if ((e & 1u) != 0u) r *= b;
+            e >>= 1u;
+            if (e != 0u) b *= b;
+        }
+        if (p < 0.0) r = 1.0 / r;
+    } else {
+        r = mn_exp(p * mn_log(ax));
+    }
+    return neg && podd ? -r : r;
+}
+
+// sign(x) as the CPU's pw_bwd: 0 at 0 and for NaN.
+float pw_sign(float x) { return isnan(x) ? 0.0 : (x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0)); }
+
+// The 32-bit mixer of graph/pointwise.h (uint arithmetic wraps like C's uint32_t).
+uint pw_mix32(uint h) {
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    return h;
+}
+
+#ifdef DROP_KEY
+// counter: the raw 32 bits of the i32 counter input (read through a float).
+bool pw_keep(uint i, float counter) {
+#if DROP_ALL
+    return false;
+#else
+#if DROP_COUNTER
+    uint key = pw_mix32(DROP_KEY ^ pw_mix32(floatBitsToUint(counter) + 0x632be5abu));
+#else
+    uint key = DROP_KEY;
+#endif
+    // element indices are below 2^31 here: their high 32 bits are 0
+    return pw_mix32(pw_mix32(key ^ i) ^ 0u) >= DROP_THR;
+#endif
+}
+#endif
 
 void main() {
     uint i = GID;
