@@ -83,8 +83,10 @@ mn_status mn_session_save(mn_session *s, const char *path) {
     st = st_save_atomic(path, e, k, kv, nmeta, s->err, sizeof s->err);
     free(kv);
 done:
-    char shown[IO_ESC_PATH];
-    if (st == MN_E_NOMEM) mn_fmt(s->err, sizeof s->err, "save '%s': out of memory", io_esc(shown, sizeof shown, path));
+    if (st == MN_E_NOMEM) {
+        char shown[IO_ESC_PATH];
+        mn_fmt(s->err, sizeof s->err, "save '%s': out of memory", io_esc(shown, sizeof shown, path));
+    }
     for (int i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(e);
