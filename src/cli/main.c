@@ -164,7 +164,8 @@ static void help_train(FILE *f) {
             "  --seed N              seed of initialisation, shuffling and shifts (default %d);\n"
             "                          the same seed gives the same run\n"
             "  --checkpoint FILE     checkpoint to write, after every epoch and when\n"
-            "                          interrupted (default mnist-<model>.safetensors)\n"
+            "                          interrupted (default mnist-<model>.safetensors);\n"
+            "                          checked first: only a regular file is replaced\n"
             "  --data FILE           MNIST cache written by `make data`\n"
             "                          (default %s)\n"
             "  -h, --help            show this help\n",
