@@ -459,11 +459,21 @@ int64_t mn_session_step_count(const mn_session *s);
 float mn_session_lr(const mn_session *s);
 
 /* Checkpoints (safetensors): parameters, optimizer state, step count and
- * schedule state. Saving is atomic: a failed save leaves the old file intact.
- * Loading checks every name, dtype and shape; an inference session loads only
- * the parameters. */
+ * schedule state. Saving is atomic: a failed save leaves the old file intact;
+ * a save only ever replaces a regular file (a directory, FIFO, socket, device
+ * node or symbolic link at path is refused, links are not followed), and
+ * removes temporary files that killed saves of the same path left behind.
+ * Loading checks every name, dtype and shape, the numeric metadata and that
+ * no value is NaN or infinite; an inference session loads only the
+ * parameters. Only regular files are read (a FIFO is refused, not waited on). */
 mn_status mn_session_save(mn_session *s, const char *path);
 mn_status mn_session_load(mn_session *s, const char *path);
+/* Largest "meganeura.step" a checkpoint may hold (2^53). */
+#define MN_CHECKPOINT_MAX_STEP 9007199254740992ull
+/* Checks up front that a checkpoint could be saved at path (it is absent or
+ * a regular file, and a file can be created in its folder), so a long run
+ * does not fail at its first save. err (may be NULL) receives the reason. */
+mn_status mn_checkpoint_check_path(const char *path, char *err, size_t errcap);
 /* Extra string metadata written into later checkpoints (keys starting with
  * "meganeura." are reserved). */
 mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value);

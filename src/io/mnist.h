@@ -47,13 +47,15 @@ typedef struct mnist_data {
 
 /* Reads from_dir/0.json .. from_dir/9.json and writes the cache file at
  * out_path atomically (temporary file in the same folder, fsync, rename): on
- * failure no file, or the previous one, is left at out_path. The folder of
+ * failure no file, or the previous one, is left at out_path; only a regular
+ * file is ever replaced (io/file.h). The folder of
  * out_path must exist. Errors name the file and what is wrong with it.
  * *count_out (may be NULL) receives the number of images written. */
 mn_status mnist_convert(const char *from_dir, const char *out_path, uint32_t *count_out, char *err,
                         size_t cap);
 
-/* Loads and validates a cache file and splits it. On failure *out is zeroed
+/* Loads and validates a cache file and splits it: regular files only, the
+ * header and size checked before any pixel is read. On failure *out is zeroed
  * and err says what to do (e.g. run `make data`). Free with mnist_free. */
 mn_status mnist_load(mnist_data *out, const char *path, char *err, size_t cap);
 void mnist_free(mnist_data *d); /* accepts a zeroed or already-freed mnist_data */

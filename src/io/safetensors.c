@@ -3,26 +3,31 @@
  * Does: treat every file as hostile. The JSON header is parsed by cJSON; each
  * name, dtype, shape, offset and size is then checked (UTF-8, known dtype,
  * integral in-range numbers, byte counts that match, no overlapping ranges, no
- * duplicate names) before an st_file is handed out. Writes are atomic: a
- * temporary file in the same folder, fsync, rename, fsync of the folder.
+ * duplicate names) before an st_file is handed out. Loading reads and checks
+ * the header before any tensor byte, then reads only the claimed bytes.
+ * Writes are atomic (io/file.h): a temporary file in the same folder, fsync,
+ * rename, fsync of the folder; only a regular file is ever replaced.
  *
  * Does not: convert dtypes, map files into memory, look at the tensor bytes
  * themselves (NaNs are the caller's business), or require the tensors to cover
- * the data section without gaps (bytes no tensor claims are ignored).
+ * the data section without gaps (bytes no tensor claims are ignored and not
+ * read).
  *
  * Ownership: an st_file owns its names, its metadata strings and, when it came
- * from st_load, the file image (owned); st_free releases all of them. st_parse
- * never copies the data section: f->data points into the caller's buffer.
+ * from st_load, the tensor bytes (owned); st_free releases all of them.
+ * st_parse never copies the data section: f->data points into the caller's
+ * buffer.
  */
 #include "io/safetensors.h"
 
+#include "io/file.h"
+#include "io/text.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -53,33 +58,7 @@ size_t st_dtype_size(const char *dtype) {
     return 0;
 }
 
-bool st_utf8_valid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) len = 2;                 /* 0xC0, 0xC1: overlong */
-        else if (c == 0xE0) len = 3, lo = 0xA0;              /* overlong below U+0800 */
-        else if (c == 0xED) len = 3, hi = 0x9F;              /* U+D800..DFFF: surrogates */
-        else if (c >= 0xE1 && c <= 0xEF) len = 3;
-        else if (c == 0xF0) len = 4, lo = 0x90;              /* overlong below U+10000 */
-        else if (c >= 0xF1 && c <= 0xF3) len = 4;
-        else if (c == 0xF4) len = 4, hi = 0x8F;              /* above U+10FFFF */
-        else return false;                                   /* continuation or 0xF5.. */
-        if (n - i < len) return false;
-        if (s[i + 1] < lo || s[i + 1] > hi) return false;
-        for (size_t k = 2; k < len; k++)
-            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return false;
-        i += len;
-    }
-    return true;
-}
+bool st_utf8_valid(const char *s, size_t n) { return io_utf8_valid(s, n); }
 
 static uint64_t get_le64(const uint8_t *p) {
     uint64_t v = 0;
@@ -91,53 +70,7 @@ static void put_le64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* One printable piece of s at p: control bytes (and bytes >= 0x80 unless
- * keep_utf8 and they start a well-formed sequence) become \xNN. Writes at
- * most 5 bytes to piece, sets *adv to the input bytes consumed, returns the
- * piece length. */
-static size_t esc_piece(const unsigned char *p, char piece[8], size_t *adv, bool keep_utf8) {
-    if (*p >= 0x20 && *p < 0x7F) {
-        piece[0] = (char)*p;
-        *adv = 1;
-        return 1;
-    }
-    if (*p >= 0x80 && keep_utf8) {
-        size_t len = *p >= 0xF0 ? 4 : *p >= 0xE0 ? 3 : *p >= 0xC0 ? 2 : 0;
-        size_t k = 1;
-        while (len && k < len && p[k] >= 0x80 && p[k] <= 0xBF) k++;
-        if (len && k == len && st_utf8_valid((const char *)p, len)) {
-            memcpy(piece, p, len);
-            *adv = len;
-            return len;
-        }
-    }
-    snprintf(piece, 8, "\\x%02X", *p);
-    *adv = 1;
-    return 4;
-}
-
-/* s made safe to show in a message: escaped as above, cut with "..." to fit
- * dst (cap >= 8). Returns dst. */
-static const char *esc(char *dst, size_t cap, const char *s, bool keep_utf8) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t o = 0;
-    while (*p) {
-        char piece[8];
-        size_t adv, k = esc_piece(p, piece, &adv, keep_utf8);
-        if (o + k + 4 > cap) {
-            memcpy(dst + o, "...", 3);
-            o += 3;
-            break;
-        }
-        memcpy(dst + o, piece, k);
-        o += k;
-        p += adv;
-    }
-    dst[o] = 0;
-    return dst;
-}
-
-#define ESC_CAP 80 /* room for a shown name in a message */
+#define ESC_CAP IO_ESC_NAME /* room for a shown name in a message */
 
 static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -204,7 +137,7 @@ static bool json_uint(const cJSON *j, uint64_t *out) {
  * data section of data_len bytes and fills t. */
 static mn_status parse_entry(st_tensor *t, const cJSON *j, uint64_t data_len, char *err, size_t cap) {
     char nm[ESC_CAP], tmp[ESC_CAP];
-    esc(nm, sizeof nm, t->name, true);
+    io_esc(nm, sizeof nm, t->name);
     if (!cJSON_IsObject(j)) {
         set_err(err, cap, "tensor '%s': entry is not a JSON object", nm);
         return MN_E_FORMAT;
@@ -239,7 +172,7 @@ static mn_status parse_entry(st_tensor *t, const cJSON *j, uint64_t data_len, ch
         set_err(err, cap,
                 "tensor '%s': unknown dtype '%s' (expected BOOL, U8, I8, U16, I16, F16, BF16, U32, "
                 "I32, F32, F64, U64, I64, F8_E4M3 or F8_E5M2)",
-                nm, esc(tmp, sizeof tmp, dt, false));
+                nm, io_esc(tmp, sizeof tmp, dt));
         return MN_E_FORMAT;
     }
     memcpy(t->dtype, dt, strlen(dt) + 1); /* known names fit (static assert above) */
@@ -329,16 +262,16 @@ static mn_status parse_meta(st_file *f, const cJSON *j, char *err, size_t cap) {
     cJSON_ArrayForEach(c, j) {
         const char *k = c->string ? c->string : "";
         if (!st_utf8_valid(k, strlen(k))) {
-            set_err(err, cap, "metadata key '%s' is not valid UTF-8", esc(tmp, sizeof tmp, k, false));
+            set_err(err, cap, "metadata key '%s' is not valid UTF-8", io_esc(tmp, sizeof tmp, k));
             return MN_E_FORMAT;
         }
         const char *v = cJSON_GetStringValue(c);
         if (!v) {
-            set_err(err, cap, "metadata '%s': value is not a string", esc(tmp, sizeof tmp, k, true));
+            set_err(err, cap, "metadata '%s': value is not a string", io_esc(tmp, sizeof tmp, k));
             return MN_E_FORMAT;
         }
         if (!st_utf8_valid(v, strlen(v))) {
-            set_err(err, cap, "metadata '%s': value is not valid UTF-8", esc(tmp, sizeof tmp, k, true));
+            set_err(err, cap, "metadata '%s': value is not valid UTF-8", io_esc(tmp, sizeof tmp, k));
             return MN_E_FORMAT;
         }
         if (f->nmeta >= count) break; /* cannot happen: count came from the same list */
@@ -350,7 +283,7 @@ static mn_status parse_meta(st_file *f, const cJSON *j, char *err, size_t cap) {
     const char *dup;
     if (find_duplicate(&dup, (const char *const *)f->meta_keys, (size_t)f->nmeta) != MN_OK) return MN_E_NOMEM;
     if (dup) {
-        set_err(err, cap, "metadata key '%s' appears twice", esc(tmp, sizeof tmp, dup, true));
+        set_err(err, cap, "metadata key '%s' appears twice", io_esc(tmp, sizeof tmp, dup));
         return MN_E_FORMAT;
     }
     return MN_OK;
@@ -386,7 +319,7 @@ static mn_status parse_root(st_file *f, const cJSON *root, char *err, size_t cap
             continue;
         }
         if (!st_utf8_valid(name, strlen(name))) {
-            set_err(err, cap, "tensor '%s': name is not valid UTF-8", esc(tmp, sizeof tmp, name, false));
+            set_err(err, cap, "tensor '%s': name is not valid UTF-8", io_esc(tmp, sizeof tmp, name));
             return MN_E_FORMAT;
         }
         if (f->n >= count) break; /* cannot happen: count came from the same list */
@@ -406,7 +339,7 @@ static mn_status parse_root(st_file *f, const cJSON *root, char *err, size_t cap
         const char *dup;
         mn_status s = find_duplicate(&dup, names, (size_t)f->n);
         if (s == MN_OK && dup) {
-            set_err(err, cap, "tensor '%s': name appears twice", esc(tmp, sizeof tmp, dup, true));
+            set_err(err, cap, "tensor '%s': name appears twice", io_esc(tmp, sizeof tmp, dup));
             s = MN_E_FORMAT;
         }
         free(names);
@@ -422,7 +355,7 @@ static mn_status parse_root(st_file *f, const cJSON *root, char *err, size_t cap
             if (b->begin < a->end) {
                 set_err(err, cap,
                         "tensor '%s': bytes [%" PRIu64 ", %" PRIu64 ") overlap tensor '%s' [%" PRIu64 ", %" PRIu64 ")",
-                        esc(tmp, sizeof tmp, b->name, true), b->begin, b->end, esc(tmp2, sizeof tmp2, a->name, true),
+                        io_esc(tmp, sizeof tmp, b->name), b->begin, b->end, io_esc(tmp2, sizeof tmp2, a->name),
                         a->begin, a->end);
                 return MN_E_FORMAT;
             }
@@ -432,32 +365,24 @@ static mn_status parse_root(st_file *f, const cJSON *root, char *err, size_t cap
     return MN_OK;
 }
 
-mn_status st_parse(st_file *out, const uint8_t *buf, size_t len, char *err, size_t cap) {
-    if (err && cap) err[0] = 0;
-    if (!out) {
-        set_err(err, cap, "st_parse: out is NULL");
-        return MN_E_INVALID;
-    }
-    memset(out, 0, sizeof *out);
-    if (!buf && len) {
-        set_err(err, cap, "st_parse: buffer is NULL");
-        return MN_E_INVALID;
-    }
-    if (len < 8) {
-        set_err(err, cap, "file is %zu bytes, shorter than the 8-byte header length field", len);
+/* Checks the 8-byte length field of a file of size bytes; *hlen gets it. */
+static mn_status check_length_field(const uint8_t lenbuf[8], uint64_t size, uint64_t *hlen, char *err, size_t cap) {
+    *hlen = get_le64(lenbuf);
+    if (*hlen > ST_MAX_HEADER_BYTES) {
+        set_err(err, cap, "header length %" PRIu64 " exceeds the %u-byte limit", *hlen, ST_MAX_HEADER_BYTES);
         return MN_E_FORMAT;
     }
-    uint64_t hlen = get_le64(buf);
-    if (hlen > ST_MAX_HEADER_BYTES) {
-        set_err(err, cap, "header length %" PRIu64 " exceeds the %u-byte limit", hlen, ST_MAX_HEADER_BYTES);
+    if (*hlen > size - 8) {
+        set_err(err, cap, "header length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes follow the length field)",
+                *hlen, size - 8);
         return MN_E_FORMAT;
     }
-    if (hlen > len - 8) {
-        set_err(err, cap, "header length %" PRIu64 " runs past the end of the file (%zu bytes follow the length field)",
-                hlen, len - 8);
-        return MN_E_FORMAT;
-    }
-    const char *hdr = (const char *)buf + 8;
+    return MN_OK;
+}
+
+/* Parses and checks the header text hdr[0..hlen) against a data section of
+ * data_len bytes. out->data stays NULL; on failure out is freed. */
+static mn_status parse_header(st_file *out, const char *hdr, uint64_t hlen, uint64_t data_len, char *err, size_t cap) {
     const char *nul = memchr(hdr, 0, (size_t)hlen);
     if (nul) {
         set_err(err, cap, "header contains a NUL byte at offset %zu", (size_t)(nul - hdr));
@@ -494,14 +419,35 @@ mn_status st_parse(st_file *out, const uint8_t *buf, size_t len, char *err, size
         }
     }
     if (s == MN_OK) {
-        out->data = buf + 8 + hlen;
-        out->data_len = (uint64_t)(len - 8 - (size_t)hlen);
+        out->data_len = data_len;
         s = parse_root(out, root, err, cap);
         if (s == MN_E_NOMEM && err && cap && !err[0]) set_err(err, cap, "out of memory reading the header");
     }
     cJSON_Delete(root);
     free(copy);
     if (s != MN_OK) st_free(out);
+    return s;
+}
+
+mn_status st_parse(st_file *out, const uint8_t *buf, size_t len, char *err, size_t cap) {
+    if (err && cap) err[0] = 0;
+    if (!out) {
+        set_err(err, cap, "st_parse: out is NULL");
+        return MN_E_INVALID;
+    }
+    memset(out, 0, sizeof *out);
+    if (!buf && len) {
+        set_err(err, cap, "st_parse: buffer is NULL");
+        return MN_E_INVALID;
+    }
+    if (len < 8) {
+        set_err(err, cap, "file is %zu bytes, shorter than the 8-byte header length field", len);
+        return MN_E_FORMAT;
+    }
+    uint64_t hlen;
+    mn_status s = check_length_field(buf, len, &hlen, err, cap);
+    if (s == MN_OK) s = parse_header(out, (const char *)buf + 8, hlen, (uint64_t)(len - 8 - (size_t)hlen), err, cap);
+    if (s == MN_OK) out->data = buf + 8 + hlen;
     return s;
 }
 
@@ -535,65 +481,106 @@ const char *st_meta(const st_file *f, const char *key) {
 
 /* ---- loading --------------------------------------------------------------- */
 
-_Static_assert(LONG_MAX <= SIZE_MAX, "a file size from ftell must fit size_t");
+mn_status st_read(st_file *out, const st_reader *r, bool with_data, char *err, size_t cap) {
+    if (err && cap) err[0] = 0;
+    if (!out || !r || !r->read) {
+        set_err(err, cap, "st_read: NULL argument");
+        return MN_E_INVALID;
+    }
+    memset(out, 0, sizeof *out);
+    char shown[IO_ESC_PATH], msg[1024];
+    const char *nm = io_esc(shown, sizeof shown, r->name ? r->name : "(unnamed)");
+    if (r->size < 8) {
+        set_err(err, cap, "'%s': file is %" PRIu64 " bytes, shorter than the 8-byte header length field", nm, r->size);
+        return MN_E_FORMAT;
+    }
+    uint8_t lenbuf[8];
+    mn_status s = r->read(r->ctx, 0, lenbuf, 8, err, cap);
+    if (s != MN_OK) return s;
+    uint64_t hlen;
+    if ((s = check_length_field(lenbuf, r->size, &hlen, msg, sizeof msg)) != MN_OK) {
+        set_err(err, cap, "'%s': %s", nm, msg);
+        return s;
+    }
+    /* Only the header is read before it is checked. */
+    char *hdr = malloc((size_t)hlen + 1);
+    if (!hdr) {
+        set_err(err, cap, "'%s': out of memory for a %" PRIu64 "-byte header", nm, hlen);
+        return MN_E_NOMEM;
+    }
+    if (hlen && (s = r->read(r->ctx, 8, hdr, (size_t)hlen, err, cap)) != MN_OK) {
+        free(hdr);
+        return s;
+    }
+    s = parse_header(out, hdr, hlen, r->size - 8 - hlen, msg, sizeof msg);
+    free(hdr);
+    if (s != MN_OK) {
+        set_err(err, cap, "'%s': %s", nm, msg);
+        return s;
+    }
+    if (!with_data) {
+        out->data_len = 0;
+        return MN_OK;
+    }
+    /* Then the bytes the tensors claim, and no more. */
+    uint64_t need = 0;
+    for (int i = 0; i < out->n; i++)
+        if (out->tensors[i].end > need) need = out->tensors[i].end;
+    if (need > (uint64_t)SIZE_MAX - 1) {
+        set_err(err, cap, "'%s': %" PRIu64 " bytes of tensor data do not fit in memory", nm, need);
+        st_free(out);
+        return MN_E_NOMEM;
+    }
+    uint8_t *buf = malloc((size_t)need + 1);
+    if (!buf) {
+        set_err(err, cap, "'%s': out of memory for %" PRIu64 " bytes of tensor data", nm, need);
+        st_free(out);
+        return MN_E_NOMEM;
+    }
+    if (need && (s = r->read(r->ctx, 8 + hlen, buf, (size_t)need, err, cap)) != MN_OK) {
+        free(buf);
+        st_free(out);
+        return s;
+    }
+    out->owned = buf;
+    out->data = buf;
+    out->data_len = need;
+    return MN_OK;
+}
 
-mn_status st_load(st_file *out, const char *path, char *err, size_t cap) {
+typedef struct fd_source {
+    int fd;
+    const char *path;
+} fd_source;
+
+static mn_status fd_read(void *ctx, uint64_t off, void *dst, size_t n, char *err, size_t cap) {
+    const fd_source *src = ctx;
+    return io_read_at(src->fd, off, dst, n, src->path, err, cap);
+}
+
+static mn_status load_path(st_file *out, const char *path, bool with_data, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
     if (!out || !path) {
         set_err(err, cap, "st_load: %s is NULL", out ? "path" : "out");
         return MN_E_INVALID;
     }
     memset(out, 0, sizeof *out);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        set_err(err, cap, "cannot open '%s': %s", path, strerror(errno));
-        return MN_E_IO;
-    }
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) {
-        set_err(err, cap, "cannot read '%s': %s", path, strerror(errno));
-        fclose(fp);
-        return MN_E_IO;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        set_err(err, cap, "cannot read '%s': %s", path, S_ISDIR(sb.st_mode) ? strerror(EISDIR) : "not a regular file");
-        fclose(fp);
-        return MN_E_IO;
-    }
-    long size = -1;
-    if (fseek(fp, 0, SEEK_END) != 0 || (size = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0) {
-        set_err(err, cap, "cannot find the size of '%s': %s", path, strerror(errno));
-        fclose(fp);
-        return MN_E_IO;
-    }
-    size_t n = (size_t)size;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        set_err(err, cap, "out of memory reading '%s' (%zu bytes)", path, n);
-        fclose(fp);
-        return MN_E_NOMEM;
-    }
-    errno = 0;
-    size_t got = fread(buf, 1, n, fp);
-    if (got != n) {
-        int e = errno;
-        set_err(err, cap, "cannot read '%s': %s", path,
-                ferror(fp) ? strerror(e ? e : EIO) : "file shrank while being read");
-        fclose(fp);
-        free(buf);
-        return MN_E_IO;
-    }
-    fclose(fp); /* read-only stream: nothing to lose on close */
+    fd_source src = {-1, path};
+    uint64_t size;
+    mn_status s = io_open_read(path, &src.fd, &size, err, cap);
+    if (s != MN_OK) return s;
+    st_reader r = {fd_read, &src, size, path};
+    s = st_read(out, &r, with_data, err, cap);
+    close(src.fd); /* read-only: nothing to lose on close */
+    return s;
+}
 
-    char msg[1024];
-    mn_status s = st_parse(out, buf, n, msg, sizeof msg);
-    if (s != MN_OK) {
-        set_err(err, cap, "'%s': %s", path, msg);
-        free(buf);
-        return s;
-    }
-    out->owned = buf;
-    return MN_OK;
+mn_status st_load(st_file *out, const char *path, char *err, size_t cap) {
+    return load_path(out, path, true, err, cap);
+}
+
+mn_status st_load_header(st_file *out, const char *path, char *err, size_t cap) {
+    return load_path(out, path, false, err, cap);
 }
 
 /* ---- saving ------------------------------------------------------------------ */
@@ -609,7 +596,7 @@ static mn_status validate_entries(const st_entry *e, int n, const char *const *m
             set_err(err, cap, "entry %d: name is NULL", i);
             return MN_E_INVALID;
         }
-        const char *nm = esc(tmp, sizeof tmp, x->name, false);
+        const char *nm = io_esc(tmp, sizeof tmp, x->name);
         if (!st_utf8_valid(x->name, strlen(x->name))) {
             set_err(err, cap, "tensor '%s': name is not valid UTF-8", nm);
             return MN_E_INVALID;
@@ -620,7 +607,8 @@ static mn_status validate_entries(const st_entry *e, int n, const char *const *m
         }
         size_t es = st_dtype_size(x->dtype);
         if (!es) {
-            set_err(err, cap, "tensor '%s': unknown dtype '%s'", nm, x->dtype ? x->dtype : "(null)");
+            char dt[ESC_CAP];
+            set_err(err, cap, "tensor '%s': unknown dtype '%s'", nm, io_esc(dt, sizeof dt, x->dtype));
             return MN_E_INVALID;
         }
         if (x->rank < 0 || x->rank > ST_MAX_RANK || (x->rank > 0 && !x->shape)) {
@@ -665,14 +653,14 @@ static mn_status validate_entries(const st_entry *e, int n, const char *const *m
     for (int i = 0; i < n; i++) names[i] = e[i].name;
     mn_status s = find_duplicate(&dup, names, (size_t)n);
     if (s == MN_OK && dup) {
-        set_err(err, cap, "tensor '%s': name appears twice", esc(tmp, sizeof tmp, dup, false));
+        set_err(err, cap, "tensor '%s': name appears twice", io_esc(tmp, sizeof tmp, dup));
         s = MN_E_INVALID;
     }
     if (s == MN_OK) {
         for (int i = 0; i < nmeta; i++) names[i] = meta_kv[2 * i];
         s = find_duplicate(&dup, names, (size_t)nmeta);
         if (s == MN_OK && dup) {
-            set_err(err, cap, "metadata key '%s' appears twice", esc(tmp, sizeof tmp, dup, false));
+            set_err(err, cap, "metadata key '%s' appears twice", io_esc(tmp, sizeof tmp, dup));
             s = MN_E_INVALID;
         }
     }
@@ -722,182 +710,73 @@ static char *build_header(const st_entry *e, int n, const char *const *meta_kv, 
     return text;
 }
 
-static mn_status write_all(FILE *fp, const void *p, uint64_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        size_t chunk = n > ((uint64_t)1 << 30) ? (size_t)1 << 30 : (size_t)n;
-        if (fwrite(b, 1, chunk, fp) != chunk) return MN_E_IO;
-        b += chunk;
-        n -= chunk;
-    }
-    return MN_OK;
-}
-
-/* fsync of the folder holding path, so the rename itself is durable. path is
- * a writable copy (cut at its last '/'), so nothing here can run out of memory
- * after the old file was replaced. Returns 0 or an errno value. */
-static int fsync_parent(char *path) {
-    char *slash = strrchr(path, '/');
-    const char *d = path;
-    if (!slash) d = ".";
-    else if (slash == path) path[1] = 0;
-    else *slash = 0;
-    int rc = 0;
-    int fd = open(d, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) rc = errno;
-    else {
-        /* EINVAL: this file system cannot sync a folder; nothing more to do. */
-        if (fsync(fd) != 0 && errno != EINVAL) rc = errno;
-        if (close(fd) != 0 && !rc) rc = errno;
-    }
-    return rc;
-}
-
 mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char *const *meta_kv, int nmeta,
                          char *err, size_t cap) {
     if (err && cap) err[0] = 0;
+    char shown[IO_ESC_PATH];
     if (!path || !*path || n < 0 || (n > 0 && !e) || nmeta < 0 || (nmeta > 0 && !meta_kv)) {
         set_err(err, cap, "st_save_atomic: bad arguments (path %s, %d entries, %d metadata pairs)",
-                path ? "set" : "NULL", n, nmeta);
+                path ? (*path ? "set" : "empty") : "NULL", n, nmeta);
         return MN_E_INVALID;
     }
     uint64_t total;
     mn_status s = validate_entries(e, n, meta_kv, nmeta, &total, err, cap);
     if (s != MN_OK) {
-        if (s == MN_E_NOMEM) set_err(err, cap, "out of memory saving '%s'", path);
+        if (s == MN_E_NOMEM) set_err(err, cap, "out of memory saving '%s'", io_esc(shown, sizeof shown, path));
         return s;
     }
     char *hdr = build_header(e, n, meta_kv, nmeta);
     if (!hdr) {
-        set_err(err, cap, "out of memory building the header of '%s'", path);
+        set_err(err, cap, "out of memory building the header of '%s'", io_esc(shown, sizeof shown, path));
         return MN_E_NOMEM;
     }
     size_t hl = strlen(hdr);
     size_t padded = (hl + 7) & ~(size_t)7; /* 8 + padded is a multiple of 8: data starts aligned */
     if (padded > ST_MAX_HEADER_BYTES) {
-        set_err(err, cap, "header of '%s' would be %zu bytes, over the %u-byte limit", path, padded,
-                ST_MAX_HEADER_BYTES);
+        set_err(err, cap, "header of '%s' would be %zu bytes, over the %u-byte limit", io_esc(shown, sizeof shown, path),
+                padded, ST_MAX_HEADER_BYTES);
         cJSON_free(hdr);
         return MN_E_INVALID;
     }
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
-    if (!tmp) {
+    io_atomic w;
+    s = io_atomic_open(&w, path, err, cap);
+    if (s != MN_OK) {
         cJSON_free(hdr);
-        set_err(err, cap, "out of memory saving '%s'", path);
-        return MN_E_NOMEM;
+        return s;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-
-    const char *step = "create a temporary file for";
-    int fd = mkstemp(tmp);
-    FILE *fp = NULL;
-    int e_no = 0;
-    if (fd < 0) {
-        e_no = errno;
-        goto fail_nofile;
-    }
-    /* mkstemp makes 0600; keep the mode of the file being replaced, else 0644. */
-    struct stat sb;
-    mode_t mode = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ? (sb.st_mode & 07777) : 0644;
-    step = "set the mode of the temporary file for";
-    if (fchmod(fd, mode) != 0) {
-        e_no = errno;
-        close(fd);
-        goto fail;
-    }
-    step = "open a stream on the temporary file for";
-    fp = fdopen(fd, "wb");
-    if (!fp) {
-        e_no = errno;
-        close(fd);
-        goto fail;
-    }
-
     uint8_t lenbuf[8];
     put_le64(lenbuf, (uint64_t)padded);
     static const char spaces[8] = "        ";
-    step = "write";
-    errno = 0;
-    if (write_all(fp, lenbuf, 8) != MN_OK || write_all(fp, hdr, hl) != MN_OK ||
-        write_all(fp, spaces, padded - hl) != MN_OK)
-        goto fail_stream;
-    for (int i = 0; i < n; i++)
-        if (e[i].bytes && write_all(fp, e[i].data, e[i].bytes) != MN_OK) goto fail_stream;
-    step = "flush";
-    if (fflush(fp) != 0) goto fail_stream;
-    step = "fsync";
-    if (fsync(fileno(fp)) != 0) goto fail_stream;
-    step = "close";
-    {
-        int rc = fclose(fp);
-        fp = NULL; /* the stream is gone even when fclose fails */
-        if (rc != 0) {
-            e_no = errno;
-            goto fail;
-        }
-    }
-    step = "rename the temporary file over";
-    if (rename(tmp, path) != 0) {
-        e_no = errno;
-        goto fail;
-    }
+    s = io_atomic_write(&w, lenbuf, 8, err, cap);
+    if (s == MN_OK) s = io_atomic_write(&w, hdr, hl, err, cap);
+    if (s == MN_OK) s = io_atomic_write(&w, spaces, padded - hl, err, cap);
+    for (int i = 0; s == MN_OK && i < n; i++)
+        if (e[i].bytes) s = io_atomic_write(&w, e[i].data, e[i].bytes, err, cap);
     cJSON_free(hdr);
-    tmp[plen] = 0; /* tmp becomes a copy of path */
-    int rc = fsync_parent(tmp);
-    free(tmp);
-    if (rc) {
-        set_err(err, cap, "'%s' was replaced but syncing its folder failed: %s", path, strerror(rc));
-        return MN_E_IO;
+    if (s != MN_OK) {
+        io_atomic_abort(&w);
+        return s;
     }
-    return MN_OK;
-
-fail_stream:
-    e_no = errno ? errno : EIO;
-fail:
-    if (fp) fclose(fp);
-    unlink(tmp);
-fail_nofile:
-    set_err(err, cap, "cannot %s '%s': %s", step, path, strerror(e_no ? e_no : EIO));
-    cJSON_free(hdr);
-    free(tmp);
-    return MN_E_IO;
+    return io_atomic_commit(&w, err, cap);
 }
 
 /* ---- listing ----------------------------------------------------------------- */
-
-static size_t esc_len(const char *s) {
-    size_t n = 0, adv;
-    char piece[8];
-    for (const unsigned char *p = (const unsigned char *)s; *p; p += adv) n += esc_piece(p, piece, &adv, true);
-    return n;
-}
-
-static void put_esc(FILE *out, const char *s) {
-    size_t adv;
-    char piece[8];
-    for (const unsigned char *p = (const unsigned char *)s; *p; p += adv) {
-        size_t k = esc_piece(p, piece, &adv, true);
-        fwrite(piece, 1, k, out);
-    }
-}
 
 void st_print_summary(const st_file *f, FILE *out) {
     if (!out) return;
     int n = f ? f->n : 0, nmeta = f ? f->nmeta : 0;
     for (int i = 0; i < nmeta; i++) {
-        put_esc(out, f->meta_keys[i]);
+        io_put_esc(out, f->meta_keys[i]);
         fputs(" = ", out);
-        put_esc(out, f->meta_vals[i]);
+        io_put_esc(out, f->meta_vals[i]);
         fputc('\n', out);
     }
     size_t wname = 4, wdtype = 5, wshape = 5;
     char shp[ST_MAX_RANK * 21 + 3];
     for (int i = 0; i < n; i++) {
         const st_tensor *t = &f->tensors[i];
-        size_t l = esc_len(t->name);
+        size_t l = io_esc_len(t->name);
         if (l > wname) wname = l;
         if (strlen(t->dtype) > wdtype) wdtype = strlen(t->dtype);
         format_shape(shp, sizeof shp, t->shape, t->rank);
@@ -909,9 +788,9 @@ void st_print_summary(const st_file *f, FILE *out) {
         const st_tensor *t = &f->tensors[i];
         uint64_t bytes = t->end - t->begin;
         total += bytes; /* ranges do not overlap and lie in the buffer: no overflow */
-        put_esc(out, t->name);
+        io_put_esc(out, t->name);
         format_shape(shp, sizeof shp, t->shape, t->rank);
-        fprintf(out, "%*s  %-*s  %-*s  %" PRIu64 "\n", (int)(wname - esc_len(t->name)), "", (int)wdtype, t->dtype,
+        fprintf(out, "%*s  %-*s  %-*s  %" PRIu64 "\n", (int)(wname - io_esc_len(t->name)), "", (int)wdtype, t->dtype,
                 (int)wshape, shp, bytes);
     }
     fprintf(out, "%d tensor%s, %" PRIu64 " bytes\n", n, n == 1 ? "" : "s", total);

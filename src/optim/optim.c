@@ -53,7 +53,7 @@ mn_status optim_validate(const mn_optimizer *o, char *err, size_t cap) {
 double optim_lr(const mn_optimizer *o, int64_t t) {
     if (o->schedule == MN_LR_CONSTANT) return o->lr;
     /* warm-up: lr * (t+1)/warmup for t < warmup, then cosine from lr to min_lr */
-    if (t < o->warmup_steps) return (double)o->lr * (double)(t + 1) / (double)o->warmup_steps;
+    if (t < o->warmup_steps) return (double)o->lr * ((double)t + 1.0) / (double)o->warmup_steps;
     if (t >= o->total_steps) return o->min_lr;
     double p = (double)(t - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
     return o->min_lr + 0.5 * ((double)o->lr - o->min_lr) * (1.0 + cos(3.14159265358979323846 * p));
@@ -61,8 +61,8 @@ double optim_lr(const mn_optimizer *o, int64_t t) {
 
 void optim_hyper(const mn_optimizer *o, int64_t t, float hyper[4]) {
     hyper[0] = (float)optim_lr(o, t);
-    hyper[1] = (float)(1.0 - pow((double)o->beta1, (double)(t + 1)));
-    hyper[2] = (float)(1.0 - pow((double)o->beta2, (double)(t + 1)));
+    hyper[1] = (float)(1.0 - pow((double)o->beta1, (double)t + 1.0)); /* t + 1 in double: no overflow */
+    hyper[2] = (float)(1.0 - pow((double)o->beta2, (double)t + 1.0));
     hyper[3] = 0.0f;
 }
 

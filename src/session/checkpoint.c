@@ -6,14 +6,20 @@
  * meganeura.lr_schedule, meganeura.next_lr, plus the user's keys. Not saved:
  * the state tensors of mn_graph_state (KV caches: scratch of a decode).
  * Loading validates the whole file against the session before changing
- * anything, so a failed load leaves the session as it was.
+ * anything, so a failed load leaves the session as it was: names, dtypes and
+ * shapes; the numeric metadata, strictly (meganeura.step: digits only, at
+ * most MN_CHECKPOINT_MAX_STEP; meganeura.next_lr: a finite number >= 0); and
+ * the values: a tensor holding NaN or infinity is refused, naming it and
+ * counting them. Names and paths in messages are escaped (io/text.h).
  *
- * Does not: parse the format (io/safetensors.c does).
+ * Does not: parse the format (io/safetensors.c does) or open files itself
+ * (io/file.h: FIFOs, devices and links are refused there).
  */
-#include <errno.h>
 #include <inttypes.h>
 
+#include "io/file.h"
 #include "io/safetensors.h"
+#include "io/text.h"
 #include "optim/optim.h"
 #include "session/session.h"
 
@@ -77,7 +83,10 @@ mn_status mn_session_save(mn_session *s, const char *path) {
     st = st_save_atomic(path, e, k, kv, nmeta, s->err, sizeof s->err);
     free(kv);
 done:
-    if (st == MN_E_NOMEM) mn_fmt(s->err, sizeof s->err, "save '%s': out of memory", path);
+    if (st == MN_E_NOMEM) {
+        char shown[IO_ESC_PATH];
+        mn_fmt(s->err, sizeof s->err, "save '%s': out of memory", io_esc(shown, sizeof shown, path));
+    }
     for (int i = 0; bufs && i < n; i++) free(bufs[i]);
     free(bufs);
     free(e);
@@ -91,7 +100,8 @@ static mn_status load_fail(mn_session *s, mn_status st, const char *path, const 
     va_start(ap, fmt);
     mn_vfmt(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    mn_fmt(s->err, sizeof s->err, "load '%s': %s", path, msg);
+    char shown[IO_ESC_PATH];
+    mn_fmt(s->err, sizeof s->err, "load '%s': %s", io_esc(shown, sizeof shown, path), msg);
     return st;
 }
 
@@ -112,7 +122,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     if (st) return st;
     mn_graph *g = s->g;
     bool training = s->opt.mode == MN_MODE_TRAINING;
-    char sa[96], sb[96];
+    char sa[IO_ESC_NAME > 96 ? IO_ESC_NAME : 96], sb[96];
     /* 1. every tensor in the file belongs to the session (optimizer state
      *    is skipped by inference sessions) */
     int nstate_file = 0;
@@ -125,7 +135,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
         nstate_file += is_state;
         if (is_state && !training) continue;
         if (id == MN_NONE || !saved_node(s, &g->nodes[id])) {
-            st = load_fail(s, MN_E_NOT_FOUND, path, "tensor '%s' is not a %s of this model%s", t->name,
+            st = load_fail(s, MN_E_NOT_FOUND, path, "tensor '%s' is not a %s of this model%s", io_esc(sa, sizeof sa, t->name),
                            is_state ? "optimizer state tensor" : "parameter",
                            is_state ? " (saved with another optimizer?)" : "");
             goto done;
@@ -140,34 +150,61 @@ mn_status mn_session_load(mn_session *s, const char *path) {
         const st_tensor *t = st_find(&f, n->name);
         if (!t) {
             st = load_fail(s, MN_E_NOT_FOUND, path, "%s '%s' is missing from the checkpoint",
-                           n->op == OP_PARAM ? "parameter" : "optimizer state", n->name);
+                           n->op == OP_PARAM ? "parameter" : "optimizer state", io_esc(sa, sizeof sa, n->name));
             goto done;
         }
         if (strcmp(t->dtype, "F32") != 0) {
-            st = load_fail(s, MN_E_DTYPE, path, "'%s' has dtype %s, expected F32", n->name, t->dtype);
+            st = load_fail(s, MN_E_DTYPE, path, "'%s' has dtype %s, expected F32", io_esc(sa, sizeof sa, n->name), t->dtype);
             goto done;
         }
         if (!shape_eq(t, n)) {
-            st = load_fail(s, MN_E_SHAPE, path, "'%s' has shape %s in the file, the model has %s", n->name,
-                           shape_str(sa, sizeof sa, t->rank, t->shape),
+            char nm[IO_ESC_NAME];
+            st = load_fail(s, MN_E_SHAPE, path, "'%s' has shape %s in the file, the model has %s",
+                           io_esc(nm, sizeof nm, n->name), shape_str(sa, sizeof sa, t->rank, t->shape),
                            shape_str(sb, sizeof sb, n->rank, n->shape));
             goto done;
         }
     }
-    int64_t step = 0;
+    /* 3. the numeric metadata, strictly; a step count is needed with state */
+    uint64_t step = 0;
     const char *sv = st_meta(&f, "meganeura.step");
-    if (with_state) {
-        char *end = NULL;
-        errno = 0;
-        long long v = sv ? strtoll(sv, &end, 10) : -1;
-        if (!sv || errno || *end || v < 0) {
-            st = load_fail(s, MN_E_FORMAT, path, "metadata meganeura.step is %s%s%s (need a step count >= 0)",
-                           sv ? "'" : "missing", sv ? sv : "", sv ? "'" : "");
+    if ((sv || with_state) && (!sv || !io_parse_uint(sv, MN_CHECKPOINT_MAX_STEP, &step))) {
+        st = load_fail(s, MN_E_FORMAT, path,
+                       "metadata meganeura.step is %s%s%s (need a step count: digits only, at most %" PRIu64 ")",
+                       sv ? "'" : "missing", sv ? io_esc(sa, sizeof sa, sv) : "", sv ? "'" : "",
+                       (uint64_t)MN_CHECKPOINT_MAX_STEP);
+        goto done;
+    }
+    const char *lv = st_meta(&f, "meganeura.next_lr");
+    double lr;
+    if (lv && (!io_parse_real(lv, &lr) || lr < 0)) {
+        st = load_fail(s, MN_E_FORMAT, path, "metadata meganeura.next_lr is '%s' (need a finite number >= 0)",
+                       io_esc(sa, sizeof sa, lv));
+        goto done;
+    }
+    /* 4. no NaN or infinity in what will be loaded */
+    for (int32_t i = 0; i < g->n; i++) {
+        const node *n = &g->nodes[i];
+        if (!saved_node(s, n) || (n->op == OP_STATE && !with_state)) continue;
+        const st_tensor *t = st_find(&f, n->name);
+        size_t cnt = (size_t)node_numel(n), nan = 0, inf = 0, first = 0;
+        for (size_t k = 0; k < cnt; k++) {
+            uint32_t u;
+            memcpy(&u, f.data + t->begin + 4 * k, 4);
+            if ((u & 0x7F800000u) != 0x7F800000u) continue;
+            if (!nan && !inf) first = k;
+            if (u & 0x007FFFFFu) nan++;
+            else inf++;
+        }
+        if (nan || inf) {
+            st = load_fail(s, MN_E_FORMAT, path,
+                           "tensor '%s' holds %zu NaN and %zu infinite values of %zu (the first at element %zu): "
+                           "the run that saved it diverged",
+                           io_esc(sa, sizeof sa, n->name), nan, inf, cnt, first);
             goto done;
         }
-        step = v;
     }
-    /* 3. all checks passed: copy */
+    /* 5. all checks passed: copy */
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
         if (!saved_node(s, n)) continue;
@@ -195,7 +232,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
         free(buf);
         if (st) goto done;
     }
-    if (training) s->step = with_state ? step : 0;
+    if (training) s->step = with_state ? (int64_t)step : 0;
     s->have_loss = false;
 done:
     st_free(&f);
@@ -212,20 +249,28 @@ mn_status mn_checkpoint_meta(const char *path, const char *key, char *dst, size_
     }
     st_file f;
     memset(&f, 0, sizeof f);
-    mn_status st = st_load(&f, path, err, errcap);
+    mn_status st = st_load_header(&f, path, err, errcap); /* the tensor bytes are not needed */
     if (st) return st;
+    char shown[IO_ESC_PATH], k[IO_ESC_NAME];
     const char *v = st_meta(&f, key);
     if (!v) {
-        mn_fmt(err, errcap, "'%s': no metadata key '%s'", path, key);
+        mn_fmt(err, errcap, "'%s': no metadata key '%s'", io_esc(shown, sizeof shown, path), io_esc(k, sizeof k, key));
         st = MN_E_NOT_FOUND;
     } else if (strlen(v) >= cap) {
-        mn_fmt(err, errcap, "'%s': metadata '%s' longer than the buffer", path, key);
+        mn_fmt(err, errcap, "'%s': metadata '%s' longer than the buffer", io_esc(shown, sizeof shown, path),
+               io_esc(k, sizeof k, key));
         st = MN_E_INVALID;
     } else {
         memcpy(dst, v, strlen(v) + 1);
     }
     st_free(&f);
     return st;
+}
+
+mn_status mn_checkpoint_check_path(const char *path, char *err, size_t errcap) {
+    char local[256];
+    if (!err) err = local, errcap = sizeof local;
+    return io_probe_save_path(path, err, errcap);
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

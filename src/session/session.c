@@ -324,6 +324,7 @@ mn_status mn_session_step(mn_session *s) {
     if (st) return st;
     if (s->opt.mode != MN_MODE_TRAINING || s->iopt.grads_only)
         return fail(s, MN_E_STATE, "step: this is an inference session (use mn_session_run)");
+    if (s->step == INT64_MAX) return fail(s, MN_E_STATE, "step: the step counter is at its maximum");
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
     if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/vulkan/vk_util.h"
+#include "io/file.h"
 
 #define MAX_RECORDED 4
 #define STAGING_BYTES (16u << 20)
@@ -236,7 +237,7 @@ static void pcache_load(vkb *b) {
     pcache_path(b, path, sizeof path);
     void *data = NULL;
     size_t n = 0;
-    FILE *f = path[0] ? fopen(path, "rb") : NULL;
+    FILE *f = path[0] ? io_fopen_read(path) : NULL; /* regular files only */
     if (f) {
         if (fseek(f, 0, SEEK_END) == 0) {
             long len = ftell(f);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend/vulkan/vk_util.h"
+#include "io/file.h"
 
 #define SPV_MAGIC "MNSV"
 #define SPV_VERSION 1u
@@ -57,7 +58,7 @@ static const char *compiler_version(void) {
 }
 
 static bool cache_read(const char *path, uint64_t key, uint32_t **words, size_t *nwords) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = io_fopen_read(path); /* regular files only: a FIFO never blocks */
     if (!f) return false;
     unsigned char hdr[20];
     bool ok = fread(hdr, 1, sizeof hdr, f) == sizeof hdr && memcmp(hdr, SPV_MAGIC, 4) == 0;
