@@ -12,8 +12,22 @@
  *   names the op, the shapes, the file or the parameter involved. The string
  *   belongs to the handle and stays valid until the next call on that handle.
  * - The library never exits or aborts on bad input.
- * - Tensors inside a graph are small integer ids (mn_tensor); MN_NONE means
- *   "absent" where an argument is optional.
+ * - Tensors inside a graph are handles (mn_tensor, an int32_t) that carry
+ *   their graph: a handle of one graph passed to another graph is refused
+ *   with MN_E_INVALID ("tensor handle ... belongs to another graph"). The
+ *   check uses an 8-bit tag per graph (a process-wide counter), so two graphs
+ *   created 255 apart share a tag and cannot tell their handles apart; any two
+ *   graphs created in a row can. Handles are not node numbers: keep the
+ *   values the constructors return. MN_NONE (-1) is never a handle and means
+ *   "absent" where an argument is optional. A graph holds at most
+ *   MN_MAX_NODES nodes, counting those a training session adds (gradients,
+ *   optimizer updates).
+ * - Names (inputs, parameters, state tensors, outputs) are checked when
+ *   declared, so that every checkpoint can be written: 1 to MN_MAX_NAME
+ *   bytes of valid UTF-8 without control characters (bytes 0x00-0x1f and
+ *   0x7f), unique in the graph, and not starting with "optim." (optimizer
+ *   state, "optim.<kind>.<slot>.<param>") or "__" (reserved for the library:
+ *   "__hyper", safetensors' "__metadata__").
  * - Shapes are row-major, outermost dimension first; at most MN_MAX_RANK dims.
  */
 #ifndef MEGANEURA_H
@@ -31,6 +45,10 @@ extern "C" {
 #define MN_VERSION_STRING "0.1.0"
 #define MN_MAX_RANK 4
 #define MN_NONE (-1)
+/* Most nodes one graph holds (2^23), see mn_tensor below. */
+#define MN_MAX_NODES (1 << 23)
+/* Longest name, in bytes (UTF-8), of an input, parameter, state or output. */
+#define MN_MAX_NAME 255
 /* Axis value that means "reduce over all axes" for mn_sum/mn_mean/mn_max. */
 #define MN_ALL_AXES 127
 

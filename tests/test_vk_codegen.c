@@ -447,6 +447,7 @@ static void run_all(const vk_caps *caps, const char *what) {
         mn_graph *g = NULL;
         CHECK_OK(mn_graph_create(&g), "create");
         if (!g) continue;
+        g->raw_ids = true; /* node-level test: handles are node indices */
         g_names = 0;
         builds[b].fn(g);
         char label[64];
@@ -480,6 +481,7 @@ static bool has(const vk_kernel *k, const char *line) { return strstr(k->defines
 static void test_defines(const vk_caps *caps) {
     mn_graph *g = NULL;
     mn_graph_create(&g);
+    g->raw_ids = true; /* node-level test: handles are node indices */
     g_names = 0;
     vk_kernel *k = malloc(sizeof *k);
     char err[256];

@@ -70,6 +70,8 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
                            const char *kind) {
     char name[512];
     mn_fmt(name, sizeof name, "optim.%s.%s.%s", kind, slot, param->name);
+    mn_status st = graph_check_name(g, "optimizer state", name, true);
+    if (st) return st;
     node p;
     memset(&p, 0, sizeof p);
     p.op = OP_STATE;
@@ -79,16 +81,27 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
     p.lr_mult = 1.0f;
     p.flags = NODE_F_OPTIM;
     if (!(p.name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
-    mn_status st = graph_add(g, out, &p);
+    st = graph_add(g, out, &p);
     if (st) free(p.name);
     return st;
 }
 
+static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o);
+
 mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o) {
+    /* node indices through the public constructors (graph.h, raw ids) */
+    const bool raw = g->raw_ids;
+    g->raw_ids = true;
+    mn_status st = build(g, grads, ngrads, o);
+    g->raw_ids = raw;
+    return st;
+}
+
+static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o) {
     mn_status st;
     int32_t hyper, clip = MN_NONE, first = g->n;
     int64_t four = 4;
-    if ((st = mn_graph_input(g, &hyper, OPTIM_HYPER_NAME, MN_F32, 1, &four))) return st;
+    if ((st = graph_source(g, &hyper, OP_INPUT, OPTIM_HYPER_NAME, MN_F32, 1, &four, true))) return st;
     g->nodes[hyper].flags |= NODE_F_HOST;
 
     if (o->clip_norm > 0.0f) {

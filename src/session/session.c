@@ -86,15 +86,16 @@ static void init_values(const node *n, uint64_t seed, float *v) {
 /* ---- host <-> node transfers, converting f32 <-> storage ------------------ */
 
 mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes) {
-    return s->be->write(s->bk, id, src, bytes, s->err, sizeof s->err);
+    return s->be->write(s->bk, graph_id(id), src, bytes, s->err, sizeof s->err);
 }
 
 mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes) {
-    return s->be->read(s->bk, id, dst, bytes, s->err, sizeof s->err);
+    return s->be->read(s->bk, graph_id(id), dst, bytes, s->err, sizeof s->err);
 }
 
 /* f32 host values of a float node, or raw int32 for i32 nodes. */
 mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
+    id = graph_id(id);
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_write_node(s, id, src, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -106,6 +107,7 @@ mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t c
 }
 
 mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
+    id = graph_id(id);
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_read_node(s, id, dst, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -154,6 +156,28 @@ static mn_status init_params(mn_session *s) {
     return st;
 }
 
+/* An upper bound of the JSON header of this session's checkpoints
+ * (checkpoint.c: parameters, and optimizer state in training sessions, plus
+ * the fixed and the user's metadata). A name costs at most twice its length
+ * (JSON escapes of '"' and '\\'; control characters are refused by the
+ * graph), a dimension or an offset at most 20 digits; metadata may hold
+ * control characters (6 bytes each as \u00XX). */
+static uint64_t meta_cost(const char *k, const char *v) { return 6 * ((uint64_t)strlen(k) + strlen(v)) + 8; }
+
+uint64_t session_header_bound(const mn_session *s) {
+    uint64_t total = 512; /* braces, format and meganeura.* metadata */
+    for (int i = 0; i < s->nmeta; i++) total += meta_cost(s->meta[2 * i], s->meta[2 * i + 1]);
+    for (int32_t i = 0; i < s->g->n; i++) {
+        const node *n = &s->g->nodes[i];
+        bool saved = n->op == OP_PARAM ||
+                     (n->op == OP_STATE && (n->flags & NODE_F_OPTIM) && s->opt.mode == MN_MODE_TRAINING);
+        if (!saved || !n->name) continue;
+        /* "name":{"dtype":"F32","shape":[d,...],"data_offsets":[a,b]}, */
+        total += 2 * (uint64_t)strlen(n->name) + 64 + 21 * (uint64_t)n->rank + 2 * 21;
+    }
+    return total;
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
     const mn_session_options *o = &s->opt;
@@ -188,6 +212,14 @@ static mn_status build(mn_session *s, const mn_graph *user) {
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
     }
+    /* names and counts that no checkpoint header could hold fail now, not
+     * at the first save after hours of training */
+    const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
+    const uint64_t hbound = session_header_bound(s);
+    if (hbound > hlimit)
+        return fail(s, MN_E_INVALID, "session: a checkpoint of this model needs a safetensors header of up to %llu "
+                    "bytes, above the %llu-byte limit (fewer parameters or shorter names)",
+                    (unsigned long long)hbound, (unsigned long long)hlimit);
     /* roots: outputs, loss, every source the user declared, optimizer updates,
      * and (grads_only) parameter gradients */
     /* at most: every node as an output/loss, every node again as a source or
@@ -417,6 +449,7 @@ float mn_session_lr(const mn_session *s) {
 }
 
 int32_t session_grad_of(const mn_session *s, int32_t id) {
+    id = graph_id(id);
     if (!s->grads || id < 0 || id >= s->nuser) return MN_NONE;
     return s->grads[id];
 }
@@ -449,6 +482,13 @@ mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value)
     if (!st_utf8_valid(key, strlen(key)) || !st_utf8_valid(value, strlen(value)))
         return fail(s, MN_E_INVALID, "set_meta: the %s is not valid UTF-8",
                     st_utf8_valid(key, strlen(key)) ? "value" : "key");
+    uint64_t bound = session_header_bound(s) + meta_cost(key, value);
+    for (int i = 0; i < s->nmeta; i++)
+        if (strcmp(s->meta[2 * i], key) == 0) bound -= meta_cost(key, s->meta[2 * i + 1]);
+    const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
+    if (bound > hlimit)
+        return fail(s, MN_E_INVALID, "set_meta '%s': checkpoints would need a header of up to %llu bytes, above the "
+                    "%llu-byte safetensors limit", key, (unsigned long long)bound, (unsigned long long)hlimit);
     for (int i = 0; i < s->nmeta; i++)
         if (strcmp(s->meta[2 * i], key) == 0) {
             char *v = mn_strdup(value);
