@@ -789,6 +789,9 @@ static void test_header_limit(void) {
         for (int i = 7; buf && len >= 8 && i >= 0; i--) hlen = (hlen << 8) | buf[i];
         CHECK_MSG(buf && hlen > 0 && hlen <= bound, "header %llu bytes, bound %llu", (unsigned long long)hlen,
                   (unsigned long long)bound);
+        /* tight: a few bytes per tensor (12: 4 parameters, 8 Adam slots) */
+        CHECK_MSG(bound < hlen + 512 + 12 * 24, "bound %llu for a %llu-byte header", (unsigned long long)bound,
+                  (unsigned long long)hlen);
         free(buf);
     }
     mn_session_destroy(s);

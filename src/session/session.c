@@ -156,24 +156,40 @@ static mn_status init_params(mn_session *s) {
     return st;
 }
 
-/* An upper bound of the JSON header of this session's checkpoints
- * (checkpoint.c: parameters, and optimizer state in training sessions, plus
- * the fixed and the user's metadata). A name costs at most twice its length
- * (JSON escapes of '"' and '\\'; control characters are refused by the
- * graph), a dimension or an offset at most 20 digits; metadata may hold
- * control characters (6 bytes each as \u00XX). */
+/* An upper bound, tight to a few bytes per tensor, of the JSON header of
+ * this session's checkpoints (checkpoint.c: parameters, and optimizer state
+ * in training sessions, plus the fixed and the user's metadata), as
+ * io/safetensors.c writes it with cJSON:
+ *   "name":{"dtype":"F32","shape":[d,...],"data_offsets":[a,b]},
+ * A name's '"' and '\\' are escaped (control characters are refused by the
+ * graph); an offset has at most the digits of the data section's size.
+ * Metadata may hold control characters (6 bytes each as \u00XX). */
 static uint64_t meta_cost(const char *k, const char *v) { return 6 * ((uint64_t)strlen(k) + strlen(v)) + 8; }
 
+static uint64_t digits(uint64_t v) {
+    uint64_t d = 1;
+    while (v >= 10) v /= 10, d++;
+    return d;
+}
+
+static bool saved_in_checkpoint(const mn_session *s, const node *n) {
+    return n->name && (n->op == OP_PARAM ||
+                       (n->op == OP_STATE && (n->flags & NODE_F_OPTIM) && s->opt.mode == MN_MODE_TRAINING));
+}
+
 uint64_t session_header_bound(const mn_session *s) {
-    uint64_t total = 512; /* braces, format and meganeura.* metadata */
+    uint64_t total = 512, data = 0; /* braces, format and meganeura.* metadata */
     for (int i = 0; i < s->nmeta; i++) total += meta_cost(s->meta[2 * i], s->meta[2 * i + 1]);
+    for (int32_t i = 0; i < s->g->n; i++)
+        if (saved_in_checkpoint(s, &s->g->nodes[i])) data += (uint64_t)node_numel(&s->g->nodes[i]) * 4;
+    const uint64_t off_digits = 2 * digits(data);
     for (int32_t i = 0; i < s->g->n; i++) {
         const node *n = &s->g->nodes[i];
-        bool saved = n->op == OP_PARAM ||
-                     (n->op == OP_STATE && (n->flags & NODE_F_OPTIM) && s->opt.mode == MN_MODE_TRAINING);
-        if (!saved || !n->name) continue;
-        /* "name":{"dtype":"F32","shape":[d,...],"data_offsets":[a,b]}, */
-        total += 2 * (uint64_t)strlen(n->name) + 64 + 21 * (uint64_t)n->rank + 2 * 21;
+        if (!saved_in_checkpoint(s, n)) continue;
+        uint64_t len = 56 + off_digits; /* quotes, keys, brackets, commas */
+        for (const char *c = n->name; *c; c++) len += (*c == '"' || *c == '\\') ? 2 : 1;
+        for (int d = 0; d < n->rank; d++) len += digits((uint64_t)n->shape[d]) + 1;
+        total += len;
     }
     return total;
 }
