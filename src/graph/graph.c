@@ -18,7 +18,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 72, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 73, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -591,13 +591,14 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         if (n->ip[0] == OP_POW) fprintf(f, " p=%.9g", n->fp[0]);
         break;
     case OP_SGD_UPDATE:
-        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld", n->fp[0], n->fp[1], n->fp[4],
-                (long long)n->ip[0]);
+        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld%s", n->fp[0], n->fp[1], n->fp[4],
+                (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
         break;
     case OP_ADAM_UPDATE:
-        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld", n->fp[0],
-                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0]);
+        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld%s", n->fp[0],
+                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
         break;
+    case OP_STEP_GATE: fprintf(f, " clip=%.9g", n->fp[0]); break;
     case OP_ROPE:
         fprintf(f, " theta=%.9g offset=%lld%s", n->fp[0], (long long)n->ip[0], n->ip[1] ? " inverse" : "");
         break;

@@ -32,7 +32,8 @@ enum {
     NODE_F_LOSS = 1u << 2,      /* the loss: pinned, readable */
     NODE_F_BACKWARD = 1u << 3,  /* created by autodiff */
     NODE_F_OPTIM = 1u << 4,     /* created by the optimizer stage */
-    NODE_F_HOST = 1u << 5       /* written by the session from the host (hyper) */
+    NODE_F_HOST = 1u << 5,      /* written by the session from the host (hyper) */
+    NODE_F_READ = 1u << 6       /* read by the session after each step (the step gate): pinned like an output */
 };
 
 typedef struct node {

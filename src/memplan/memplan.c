@@ -222,7 +222,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     }
     /* a root is pinned to the io arena if any alias of it is an output or the loss */
     for (int32_t i = 0; i < n; i++)
-        if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS))) io[root[i]] = 1;
+        if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ))) io[root[i]] = 1;
     /* liveness of roots over schedule positions */
     for (int32_t t = 0; t < norder; t++) {
         const node *nd = &g->nodes[order[t]];

@@ -215,6 +215,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         s->device->refs++;
     }
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
+    if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
+        return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
@@ -224,7 +226,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (g->loss == MN_NONE)
             return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");
         if ((st = autodiff_build(g, g->loss, &s->grads))) return fail(s, st, "%s", g->err);
-        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim)))
+        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
     }
@@ -257,9 +259,10 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     passes_mark_live(g, roots, nf, fwd);
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        /* in-place updates: optimizer steps and running statistics (EMA_UPDATE) */
+        /* in-place updates: optimizer steps and running statistics
+         * (EMA_UPDATE); the step gate, read after each step */
         bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE || n->op == OP_EMA_UPDATE;
-        if (op_is_source(n->op) || upd) roots[nr++] = i;
+        if (op_is_source(n->op) || upd || (n->flags & NODE_F_READ)) roots[nr++] = i;
     }
     if (s->iopt.grads_only && s->grads)
         for (int32_t i = 0; i < s->nuser; i++)
@@ -294,6 +297,7 @@ mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_sessio
     *out = s;
     if (!s) return MN_E_NOMEM;
     s->hyper = MN_NONE;
+    s->gate = MN_NONE;
     if (!g || !opt) {
         s->dead = true;
         return fail(s, MN_E_INVALID, "session: graph and options must not be NULL");
@@ -379,8 +383,25 @@ mn_status mn_session_step(mn_session *s) {
         s->have_loss = false;
         return st;
     }
-    s->step++;
     s->have_loss = true;
+    if (s->gate != MN_NONE) { /* the non-finite check: one read of 2 values */
+        float gate[2];
+        if ((st = session_read_f32(s, s->gate, gate, 2))) return st;
+        if (gate[1] != 0.0f) {
+            const int bad = (int)gate[1];
+            float loss = NAN;
+            const bool skip = s->opt.nonfinite == MN_NONFINITE_SKIP;
+            session_read_f32(s, s->g->loss, &loss, 1);
+            fail(s, MN_E_NONFINITE, "step %lld: %s%s%s (loss %g); %s", (long long)s->step,
+                 bad & 1 ? "the loss is not finite" : "", bad == 3 ? " and " : "",
+                 bad & 2 ? "the gradients are not finite (their sum of squares is NaN or inf)" : "", (double)loss,
+                 skip ? "the update was skipped: parameters, optimizer state and step count are unchanged"
+                      : "the update was applied (nonfinite = apply)");
+            if (!skip) s->step++;
+            return MN_E_NONFINITE;
+        }
+    }
+    s->step++;
     return MN_OK;
 }
 

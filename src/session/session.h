@@ -41,6 +41,7 @@ struct mn_session {
     int32_t nuser;     /* nodes of the user's graph (ids below this are the user's) */
     int32_t *grads;    /* per user node: its gradient node (training) or NULL */
     int32_t hyper;     /* "__hyper" input or MN_NONE */
+    int32_t gate;      /* STEP_GATE read after each step (non-finite check) or MN_NONE */
     schedule sched;
     memplan plan;
     program prog; /* what the backend was built from; outlives it */
