@@ -202,9 +202,12 @@ static double seconds(void) {
 /* 100k dispatches: disjoint ranges in random order need no barrier at all
  * (the old fixed-size range list gave up after 64 and placed one); a chain
  * needs one before every dispatch; a mix is checked against the simulation
- * on a prefix. Each run must take well under a second. */
+ * on a prefix. Each run takes about 0.1 s in a release build (0.5 s under
+ * ASan); the limit is loose for loaded machines, a planner quadratic in the
+ * live ranges would take minutes. */
 static void large_programs(void) {
     enum { N = 100000, PER = 4 };
+    const double LIMIT_S = 8.0;
     vk_access *acc = malloc((size_t)N * PER * sizeof *acc);
     int *counts = malloc(N * sizeof *counts);
     uint8_t *bar = malloc(N);
@@ -228,7 +231,7 @@ static void large_programs(void) {
     for (int32_t i = 0; i < N; i++) nb += bar[i] != 0;
     CHECK_MSG(nb == 0, "%d barriers among %d dispatches on disjoint ranges", nb, N);
     printf("100k disjoint dispatches: %.1f ms\n", (t1 - t0) * 1e3);
-    CHECK_MSG(t1 - t0 < 1.0, "planning 100k dispatches took %.2f s", t1 - t0);
+    CHECK_MSG(t1 - t0 < LIMIT_S, "planning 100k dispatches took %.2f s", t1 - t0);
     /* chain: i reads what i - 1 wrote */
     for (int32_t i = 0; i < N; i++) {
         counts[i] = 2;
@@ -242,7 +245,7 @@ static void large_programs(void) {
     for (int32_t i = 0; i < N; i++) nb += bar[i] == VK_HAZARD_RAW;
     CHECK_MSG(nb == N - 1, "%d RAW barriers in a chain of %d", nb, N);
     printf("100k chained dispatches: %.1f ms\n", (t1 - t0) * 1e3);
-    CHECK_MSG(t1 - t0 < 1.0, "planning 100k dispatches took %.2f s", t1 - t0);
+    CHECK_MSG(t1 - t0 < LIMIT_S, "planning 100k dispatches took %.2f s", t1 - t0);
     /* random mix over a large space: few conflicts, long runs between barriers */
     for (int32_t i = 0; i < N; i++) {
         counts[i] = PER;
@@ -257,7 +260,7 @@ static void large_programs(void) {
     nb = 0;
     for (int32_t i = 0; i < N; i++) nb += bar[i] != 0;
     printf("100k random dispatches: %.1f ms, %d barriers\n", (t1 - t0) * 1e3, nb);
-    CHECK_MSG(t1 - t0 < 1.0, "planning 100k dispatches took %.2f s", t1 - t0);
+    CHECK_MSG(t1 - t0 < LIMIT_S, "planning 100k dispatches took %.2f s", t1 - t0);
     CHECK(check_plan(acc, counts, 1500, "random 100k prefix") == 0);
 done:
     free(acc);

@@ -77,7 +77,7 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
     vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));
     for (int i = 0; i < n->nin; i++) {
-        char nm[16];
+        char nm[24];
         snprintf(nm, sizeof nm, "X%d_ACCESS", i);
         vk_def(k, nm, "%s", vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
