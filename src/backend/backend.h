@@ -14,6 +14,8 @@
 #include "graph/graph.h"
 #include "memplan/memplan.h"
 
+#define PROGRAM_MAX_READBACK 4
+
 typedef struct program {
     const mn_graph *g;
     const int32_t *order; /* every non-source node that runs in a step, in order */
@@ -21,6 +23,11 @@ typedef struct program {
     const memplan *plan;
     bool f64; /* CPU only: float tensors are stored and computed as double */
     void *device; /* a shared device from device_open, or NULL: the backend opens its own */
+    /* Small computed nodes the session reads after most executes (the loss,
+     * the non-finite gate): a backend may copy them to host memory as part
+     * of the execute so that reading them costs no extra round trip. */
+    int32_t readback[PROGRAM_MAX_READBACK];
+    int nreadback;
 } program;
 
 typedef struct backend_vtable {

@@ -281,7 +281,10 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     free(fwd);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     /* the backend keeps pointers into the program: it lives in the session */
-    s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL};
+    s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
+                        {0}, 0};
+    if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
+    if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;

@@ -38,6 +38,7 @@
 #define FAULT_DISPATCH 1u
 #define FAULT_HOST 2u
 #define STAGING_BYTES (16u << 20)
+#define RB_BYTES 4096u /* staging tail for the readback nodes */
 
 #define MAX_OPERANDS (1 + NODE_MAX_IN) /* descriptor bindings: the output, then each input */
 
@@ -59,6 +60,7 @@ typedef struct recorded {
     int32_t n;
     VkCommandBuffer cb;
     uint32_t nqueries;
+    uint8_t rb_mask; /* readback nodes (program.readback) copied to the host at its end */
 } recorded;
 
 /* Where one operand of a dispatch lives: what its descriptor binds and what
@@ -101,6 +103,11 @@ typedef struct vkb {
     VkCommandBuffer upload_cb, once_cb;
     recorded rec[MAX_RECORDED];
     int nrec;
+    /* program.readback: copied by the recorded lists into the tail of the
+     * staging buffer (RB_BYTES past staging_size); fresh = the last execute
+     * copied it and nothing has written it since */
+    VkDeviceSize rb_off[PROGRAM_MAX_READBACK];
+    bool rb_ok[PROGRAM_MAX_READBACK], rb_fresh[PROGRAM_MAX_READBACK];
     VkFence fence;
     VkQueryPool qpool;
     uint32_t qcap;
@@ -194,7 +201,14 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
         if (st) return st;
     }
     b->staging_size = STAGING_BYTES;
-    mn_status st = make_buffer(b, &b->staging, &b->staging_mem, b->staging_size,
+    VkDeviceSize rb = 0;
+    for (int i = 0; i < b->p->nreadback; i++) {
+        const mp_slot *s = &b->p->plan->slots[b->p->readback[i]];
+        b->rb_ok[i] = s->arena >= 0 && rb + s->bytes <= RB_BYTES;
+        b->rb_off[i] = rb;
+        if (b->rb_ok[i]) rb = (rb + s->bytes + 15) & ~(VkDeviceSize)15;
+    }
+    mn_status st = make_buffer(b, &b->staging, &b->staging_mem, b->staging_size + RB_BYTES,
                                VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                                VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
                                VK_MEMORY_PROPERTY_HOST_CACHED_BIT, err, cap);
@@ -481,7 +495,10 @@ static void barrier(const vkb *b, unsigned fault, VkCommandBuffer cb, VkPipeline
     vkCmdPipelineBarrier(cb, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+static int rb_index(const vkb *b, int32_t id);
+
 static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
+    const program *p = b->p;
     uint8_t *bar = malloc((size_t)rc->n + 1);
     if (!bar) return MN_E_NOMEM;
     mn_status st = plan_list(b, rc->list, rc->n, bar, err, cap);
@@ -538,8 +555,31 @@ static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
     barrier(b, FAULT_HOST, cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
             VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
+    /* the readback nodes this list computes -> the staging tail -> the host */
+    rc->rb_mask = 0;
+    for (int k = 0; k < p->nreadback; k++) {
+        if (!b->rb_ok[k]) continue;
+        int32_t id = p->readback[k];
+        bool in_list = false;
+        for (int32_t i = 0; i < rc->n && !in_list; i++) in_list = rc->list[i] == id;
+        if (!in_list) continue;
+        const mp_slot *s = &p->plan->slots[id];
+        VkBufferCopy reg = {s->offset, b->staging_size + b->rb_off[k], s->bytes};
+        vkCmdCopyBuffer(cb, b->buf[s->arena], b->staging, 1, &reg);
+        rc->rb_mask |= (uint8_t)(1u << k);
+    }
+    if (rc->rb_mask)
+        barrier(b, FAULT_HOST, cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     VKCHECK(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
     return MN_OK;
+}
+
+/* The readback slot of node id, or -1. */
+static int rb_index(const vkb *b, int32_t id) {
+    for (int k = 0; k < b->p->nreadback; k++)
+        if (b->p->readback[k] == id && b->rb_ok[k]) return k;
+    return -1;
 }
 
 /* ---- submission ---------------------------------------------------------- */
@@ -647,6 +687,8 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
                op_table[b->p->g->nodes[id].op].name, (unsigned long long)s->bytes);
         return MN_E_INVALID;
     }
+    int k = rb_index(b, id);
+    if (k >= 0) b->rb_fresh[k] = false; /* the host overwrites it */
     size_t done = 0;
     while (done < bytes) {
         if (b->staging_used >= b->staging_size || b->npending == b->cap_pending) {
@@ -683,6 +725,11 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
         mn_fmt(err, cap, "vulkan: read of %zu bytes from node %d (%s), whose storage is %llu bytes", bytes, id,
                op_table[b->p->g->nodes[id].op].name, (unsigned long long)s->bytes);
         return MN_E_INVALID;
+    }
+    int k = rb_index(b, id);
+    if (k >= 0 && b->rb_fresh[k]) { /* copied by the last execute: no round trip */
+        memcpy(dst, b->staging_map + b->staging_size + b->rb_off[k], bytes);
+        return MN_OK;
     }
     for (size_t done = 0; done < bytes;) {
         size_t chunk = bytes - done;
@@ -774,6 +821,7 @@ static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err
     st = submit_wait(b, cbs, ncb, err, cap);
     b->npending = 0;
     b->staging_used = 0;
+    for (int k = 0; k < b->p->nreadback; k++) b->rb_fresh[k] = !st && (rc->rb_mask >> k & 1u);
     if (!st && b->profile) collect_profile(b, rc);
     return st;
 }
