@@ -515,14 +515,13 @@ mn_status mn_hf_load(mn_session *s, mn_hf_checkpoint *c, const mn_hf_param *para
     if (missing.count || unexpected.count || shaped.count || typed.count) {
         char pb[200];
         hf_str m = {0};
-        hf_str_add(&m, "'%s' does not fit the model:", mn_escape(pb, sizeof pb, c->path));
+        hf_str_add(&m, "'%s' does not fit the model.", mn_escape(pb, sizeof pb, c->path));
         listing *ls[] = {&missing, &unexpected, &shaped, &typed};
-        const char *what[] = {"missing", "unexpected", "with another shape", "of a dtype that does not convert to f32"};
+        const char *what[] = {"Missing", "Unexpected", "Another shape", "Dtype not convertible to f32"};
         for (int k = 0; k < 4; k++) {
             if (!ls[k]->count) continue;
             list_close(ls[k]);
-            hf_str_add(&m, "%s %d %s tensor%s: %s", m.n && m.p[m.n - 1] == ':' ? "" : ".", ls[k]->count, what[k],
-                       ls[k]->count > 1 ? "s" : "", ls[k]->s.p ? ls[k]->s.p : "");
+            hf_str_add(&m, " %s (%d): %s.", what[k], ls[k]->count, ls[k]->s.p ? ls[k]->s.p : "");
         }
         hf_str_free(&c->err);
         c->err = m;
