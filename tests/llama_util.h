@@ -10,22 +10,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "harness.h"
 #include "meganeura_models.h"
 
-/* tests/fixtures: from MN_TEST_DATA (ctest sets it to tests/data) or from
- * this file's path. */
+/* tests/fixtures: next to this file (CMake compiles with absolute paths),
+ * else from MN_FUZZ_CORPUS (ctest sets it to tests/fuzz/corpus). */
 static inline void lu_fixtures(char *dst, size_t cap) {
-    const char *data = getenv("MN_TEST_DATA");
-    if (data) {
-        snprintf(dst, cap, "%s/../fixtures", data);
-        return;
-    }
+    struct stat sb;
     snprintf(dst, cap, "%s", __FILE__);
     char *slash = strrchr(dst, '/');
     if (slash) snprintf(slash, cap - (size_t)(slash - dst), "/fixtures");
     else snprintf(dst, cap, "fixtures");
+    const char *corpus = getenv("MN_FUZZ_CORPUS");
+    if ((stat(dst, &sb) != 0 || !S_ISDIR(sb.st_mode)) && corpus) snprintf(dst, cap, "%s/../../fixtures", corpus);
 }
 
 /* ||a - b|| / ||b|| over n values (b is the reference); inf if b is zero

@@ -28,21 +28,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "meganeura_models.h"
+#include "llama_util.h"
 
 static char g_fixtures[1024];
-
-static void find_fixtures(void) {
-    const char *data = getenv("MN_TEST_DATA");
-    if (data) snprintf(g_fixtures, sizeof g_fixtures, "%s/../fixtures", data);
-    else {
-        snprintf(g_fixtures, sizeof g_fixtures, "%s", __FILE__);
-        char *slash = strrchr(g_fixtures, '/');
-        if (slash) snprintf(slash, sizeof g_fixtures - (size_t)(slash - g_fixtures), "/fixtures");
-        else snprintf(g_fixtures, sizeof g_fixtures, "fixtures");
-    }
-}
 
 /* ---- 1. published configurations ---------------------------------------------- */
 
@@ -416,7 +404,7 @@ static void replay_corpus(void) {
 }
 
 int main(void) {
-    find_fixtures();
+    lu_fixtures(g_fixtures, sizeof g_fixtures);
     check_published();
     check_inv_freq();
     check_bad();
