@@ -188,6 +188,9 @@ static const char *cfg_untied_llama3 =
     "{" TINY ",\"tie_word_embeddings\":false,\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":\"llama3\","
     "\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":16}}";
 
+static const char *cfg_linear =
+    "{" TINY ",\"tie_word_embeddings\":true,\"rope_theta\":500.0,\"rope_scaling\":{\"type\":\"linear\",\"factor\":4.0}}";
+
 static mn_llama_config parse(const char *json) {
     mn_llama_config c;
     char err[512];
@@ -601,6 +604,7 @@ static void ref_forward(const mn_llama_config *c, const weights *w, const int32_
            *inv = calloc((size_t)half, 8), *sc = calloc((size_t)T, 8);
     for (int i = 0; i < half; i++) { /* HF's formulas, in double */
         double f = pow(c->rope_theta, -2.0 * i / Dh);
+        if (c->rope_scaling == MN_ROPE_SCALING_LINEAR) f /= c->rope_factor;
         if (c->rope_scaling == MN_ROPE_SCALING_LLAMA3) {
             const double orig = (double)c->rope_original_max_position_embeddings, wl = 6.283185307179586 / f;
             const double lo = orig / c->rope_low_freq_factor, hi = orig / c->rope_high_freq_factor;
@@ -708,8 +712,9 @@ static void make_batch(int32_t *ids, int32_t *targets, int B, int T, int V, uint
 
 static void check_reference(void) {
     enum { B = 2, T = 8 };
-    const char *cfgs[] = {cfg_tied, cfg_untied_llama3};
-    for (int ci = 0; ci < 2; ci++) {
+    const char *cfgs[] = {cfg_tied, cfg_untied_llama3, cfg_linear};
+    const char *names[] = {"tied", "untied, llama3 rope", "tied, linear rope"};
+    for (int ci = 0; ci < 3; ci++) {
         const mn_llama_config c = parse(cfgs[ci]);
         const int V = (int)c.vocab_size;
         weights w;
@@ -734,7 +739,8 @@ static void check_reference(void) {
             CHECK_OK(mn_session_loss(s, &loss), mn_session_error(s));
             const double e = lu_rel_l2_d(lg, ref, (size_t)B * T * V), el = fabs(loss - ref_loss) / ref_loss;
             printf("  %s, RoPE %s: logits rel L2 %.2e, loss %.6f vs %.6f (rel %.1e) against the f64 reference\n",
-                   ci ? "untied, llama3 rope" : "tied", tables ? "tables" : "op", e, loss, ref_loss, el);
+                   names[ci], tables ? "tables (forced)" : c.rope_scaling ? "tables (scaling)" : "op", e, loss,
+                   ref_loss, el);
             CHECK_MSG(e <= 1e-5 && el <= 1e-5, "the model disagrees with the reference: %g %g", e, el);
             free(lg);
             mn_session_destroy(s);
