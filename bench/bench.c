@@ -1,6 +1,7 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--only NAME]
+ *                   [--nonfinite skip|apply|unchecked]
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -11,6 +12,8 @@
  * device_open_ms) and shared. For each workload: session build time cold
  * (empty kernel cache) and warm, median and min train-step and inference time
  * over --runs after --warmup.
+ * --nonfinite: the sessions' non-finite check (default: the library's, skip;
+ * unchecked is the step without the check, like the PyTorch anchor's).
  * --gemm: square f32 matmul n = 1024, 4096, 8192, TFLOP/s from the best run.
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
  */
@@ -86,12 +89,15 @@ static mn_graph *build_mlp(const workload *w) {
 }
 
 static mn_device *g_device;
+static mn_nonfinite g_nonfinite = MN_NONFINITE_SKIP;
+static const char *const nonfinite_names[] = {"skip", "apply", "unchecked"};
 
 static mn_session *open_session(const mn_graph *g, mn_backend_kind be, mn_mode mode, mn_optim_kind ok, double *ms) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
     o.device = g_device;
     o.mode = mode;
+    o.nonfinite = g_nonfinite;
     o.optim = mn_optimizer_default(ok);
     o.optim.lr = 1e-3f;
     if (ok == MN_OPTIM_SGD) o.optim.momentum = 0.9f;
@@ -157,10 +163,10 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     time_it(si, false, warmup, runs, x, xn * 4, lab, (size_t)w->batch * 4, &imed, &imin);
     size_t peak = 0, sum = 0;
     mn_session_memory(s, &peak, &sum);
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
+    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
            "\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,"
            "\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           w->name, backend_name(be), dev_ms, cold, warm, tmed, tmin, imed, imin, peak, sum);
+           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin, peak, sum);
     fflush(stdout);
     mn_session_destroy(s);
     mn_session_destroy(si);
@@ -240,9 +246,18 @@ int main(int argc, char **argv) {
             gemm = true;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
+        } else if (!strcmp(argv[i], "--nonfinite") && i + 1 < argc) {
+            const char *v = argv[++i];
+            int k = 0;
+            while (k < 3 && strcmp(v, nonfinite_names[k])) k++;
+            if (k == 3) {
+                fprintf(stderr, "bench: --nonfinite must be skip, apply or unchecked\n");
+                return 2;
+            }
+            g_nonfinite = (mn_nonfinite)k;
         } else {
-            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--only NAME]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--only NAME] "
+                    "[--nonfinite skip|apply|unchecked]\n", argv[0]);
             return 2;
         }
     }

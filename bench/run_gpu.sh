@@ -2,8 +2,11 @@
 # run_gpu.sh - the GPU benchmark run (on the benchmark machine, from the repo
 # root, with .device/ = ../shared/device plus libcjson.so.1 and
 # torch_anchors.py, and build/release built here). Writes under $OUT:
-#   devices.txt, ours.jsonl, ours_gemm.jsonl, torch.jsonl, torch_gemm.jsonl,
-#   profile.txt, errors.log (at most 8 files come back)
+#   devices.txt, ours.jsonl, ours_checked.jsonl, ours_gemm.jsonl, torch.jsonl,
+#   torch_gemm.jsonl, profile.txt, errors.log (at most 8 files come back)
+# ours.jsonl runs without the non-finite check (--nonfinite unchecked), the
+# step PyTorch's anchor times; ours_checked.jsonl with the library's default
+# (skip), which adds the check's kernels and one read-back per step.
 set -uo pipefail
 . .device/vk-env.sh
 out=${OUT:-bench-out}
@@ -14,9 +17,10 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/devices
 "$bin" devices >> "$out/devices.txt" 2>&1
 # PyTorch and ours alternate so drift on a shared machine hits both alike
 python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 > "$out/torch.jsonl" 2>>"$out/errors.log"
-"$bench" --backend vulkan --runs 50 --warmup 10 > "$out/ours.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --runs 50 --warmup 10 --nonfinite unchecked > "$out/ours.jsonl" 2>>"$out/errors.log"
 python3 .device/torch_anchors.py --only mlp_ci,mnist_mlp --modes f32 --runs 50 >> "$out/torch.jsonl" 2>>"$out/errors.log"
-"$bench" --backend vulkan --runs 50 --warmup 10 >> "$out/ours.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --runs 50 --warmup 10 --nonfinite unchecked >> "$out/ours.jsonl" 2>>"$out/errors.log"
+"$bench" --backend vulkan --runs 50 --warmup 10 > "$out/ours_checked.jsonl" 2>>"$out/errors.log"
 "$bench" --backend vulkan --gemm > "$out/ours_gemm.jsonl" 2>>"$out/errors.log"
 python3 .device/torch_anchors.py --gemm > "$out/torch_gemm.jsonl" 2>>"$out/errors.log"
 MEGANEURA_PROFILE=1 "$bench" --backend vulkan --runs 20 --only mnist > /dev/null 2> "$out/profile.txt"

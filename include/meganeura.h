@@ -12,8 +12,22 @@
  *   names the op, the shapes, the file or the parameter involved. The string
  *   belongs to the handle and stays valid until the next call on that handle.
  * - The library never exits or aborts on bad input.
- * - Tensors inside a graph are small integer ids (mn_tensor); MN_NONE means
- *   "absent" where an argument is optional.
+ * - Tensors inside a graph are handles (mn_tensor, an int32_t) that carry
+ *   their graph: a handle of one graph passed to another graph is refused
+ *   with MN_E_INVALID ("tensor handle ... belongs to another graph"). The
+ *   check uses an 8-bit tag per graph (a process-wide counter), so two graphs
+ *   created 255 apart share a tag and cannot tell their handles apart; any two
+ *   graphs created in a row can. Handles are not node numbers: keep the
+ *   values the constructors return. MN_NONE (-1) is never a handle and means
+ *   "absent" where an argument is optional. A graph holds at most
+ *   MN_MAX_NODES nodes, counting those a training session adds (gradients,
+ *   optimizer updates).
+ * - Names (inputs, parameters, state tensors, outputs) are checked when
+ *   declared, so that every checkpoint can be written: 1 to MN_MAX_NAME
+ *   bytes of valid UTF-8 without control characters (bytes 0x00-0x1f and
+ *   0x7f), unique in the graph, and not starting with "optim." (optimizer
+ *   state, "optim.<kind>.<slot>.<param>") or "__" (reserved for the library:
+ *   "__hyper", safetensors' "__metadata__").
  * - Shapes are row-major, outermost dimension first; at most MN_MAX_RANK dims.
  */
 #ifndef MEGANEURA_H
@@ -31,6 +45,10 @@ extern "C" {
 #define MN_VERSION_STRING "0.1.0"
 #define MN_MAX_RANK 4
 #define MN_NONE (-1)
+/* Most nodes one graph holds (2^23), see mn_tensor below. */
+#define MN_MAX_NODES (1 << 23)
+/* Longest name, in bytes (UTF-8), of an input, parameter, state or output. */
+#define MN_MAX_NAME 255
 /* Axis value that means "reduce over all axes" for mn_sum/mn_mean/mn_max. */
 #define MN_ALL_AXES 127
 
@@ -48,7 +66,9 @@ enum {
     MN_E_NOT_FOUND = -7,   /* a named tensor/parameter does not exist */
     MN_E_UNSUPPORTED = -8, /* the op/feature exists but not here (no backward rule, backend) */
     MN_E_BACKEND = -9,     /* the backend failed (device error) */
-    MN_E_STATE = -10       /* call not valid in this state (e.g. step on an inference session) */
+    MN_E_STATE = -10,      /* call not valid in this state (e.g. step on an inference session) */
+    MN_E_NONFINITE = -11   /* a training step met a NaN or infinite loss or gradient (see
+                              mn_session_options.nonfinite); the session stays usable */
 };
 /* A short constant name for a status ("MN_E_SHAPE"). Never NULL. */
 const char *mn_status_str(mn_status s);
@@ -425,12 +445,36 @@ mn_status mn_device_open(mn_device **out, mn_backend_kind backend);
 void mn_device_close(mn_device *d);
 const char *mn_device_error(const mn_device *d);
 
+/* What a training step does when the loss or a parameter gradient is not
+ * finite (NaN or +-inf). The check runs on the device as part of the step
+ * (a finiteness test of the loss and of the sum of squares of all
+ * gradients, the value gradient clipping also needs); the host reads one
+ * 8-byte flag per step. Gradients whose global L2 norm exceeds about 1.8e19
+ * (the f32 sum of squares overflows) count as non-finite.
+ * SKIP (the default, like PyTorch's GradScaler): the update is skipped on the
+ *   device - parameters, optimizer state, batch-norm running statistics and
+ *   the step count (hence the learning-rate schedule and Adam's bias
+ *   correction) stay as they were - and mn_session_step returns
+ *   MN_E_NONFINITE naming the loss. A later step with finite values proceeds
+ *   normally. Default because one bad batch otherwise turns every weight
+ *   into NaN for good, and the check costs one reduction per gradient.
+ * APPLY (plain PyTorch): the update is applied anyway (the weights may become
+ *   NaN), the step counts, and mn_session_step still returns MN_E_NONFINITE.
+ * UNCHECKED: no check and no read-back (the fastest step); mn_session_step
+ *   returns MN_OK whatever the values. */
+typedef enum mn_nonfinite {
+    MN_NONFINITE_SKIP = 0,
+    MN_NONFINITE_APPLY = 1,
+    MN_NONFINITE_UNCHECKED = 2
+} mn_nonfinite;
+
 typedef struct mn_session_options {
     mn_backend_kind backend;
     mn_mode mode;
     mn_optimizer optim; /* used in training mode */
     uint64_t seed;      /* parameter initialisation */
     mn_device *device;  /* NULL: the session opens its own device */
+    mn_nonfinite nonfinite; /* training: non-finite loss or gradients (default SKIP) */
 } mn_session_options;
 
 mn_session_options mn_session_default_options(void);
@@ -444,7 +488,10 @@ const char *mn_session_error(const mn_session *s);
 
 /* Copy host data into a named input; bytes must equal the input's size. */
 mn_status mn_session_set_input(mn_session *s, const char *name, const void *data, size_t bytes);
-/* Forward + backward + optimizer update (training sessions). */
+/* Forward + backward + optimizer update (training sessions). MN_E_NONFINITE
+ * when the loss or a gradient was not finite (options.nonfinite says whether
+ * the update was skipped); the message gives the loss value and which was
+ * not finite, and mn_session_loss returns that loss. */
 mn_status mn_session_step(mn_session *s);
 /* Forward only; computes outputs and the loss if it has one. */
 mn_status mn_session_run(mn_session *s);
@@ -454,7 +501,8 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
 mn_status mn_session_numel(mn_session *s, const char *name, size_t *out);
 mn_status mn_session_get_param(mn_session *s, const char *name, float *dst, size_t count);
 mn_status mn_session_set_param(mn_session *s, const char *name, const float *src, size_t count);
-/* Number of optimizer steps taken so far; the learning rate of the next step. */
+/* Number of optimizer steps taken so far (skipped steps do not count); the
+ * learning rate of the next step. */
 int64_t mn_session_step_count(const mn_session *s);
 float mn_session_lr(const mn_session *s);
 

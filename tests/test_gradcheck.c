@@ -39,28 +39,29 @@ static void run_case(const gcase *k) {
     session_internal_options io = {.f64 = true, .grads_only = true};
     mn_session *s = NULL;
     CHECK_OK(session_create_ex(&s, c.g, &o, &io), mn_session_error(s));
-    if (c.labels_in != MN_NONE) CHECK_OK(session_write_node(s, c.labels_in, c.labels, (size_t)c.nlabels * 4), mn_session_error(s));
+    if (c.labels_in != MN_NONE) CHECK_OK(session_write_node(s, graph_id(c.labels_in), c.labels, (size_t)c.nlabels * 4), mn_session_error(s));
     CHECK_OK(session_forward_backward(s), mn_session_error(s));
     double worst = 0;
     for (int pi = 0; pi < c.np; pi++) {
-        const node *pn = &s->g->nodes[c.p[pi]];
+        const int32_t pid = graph_id(c.p[pi]); /* handle -> node index */
+        const node *pn = &s->g->nodes[pid];
         size_t n = (size_t)node_numel(pn);
         double *v = malloc(n * 8), *ga = calloc(n, 8);
-        int32_t gid = session_grad_of(s, c.p[pi]);
+        int32_t gid = session_grad_of(s, pid);
         CHECK_MSG(gid != MN_NONE, "%s: parameter %d has no gradient", k->name, pi);
-        session_read_node(s, c.p[pi], v, n * 8);
+        session_read_node(s, pid, v, n * 8);
         if (gid != MN_NONE) session_read_node(s, gid, ga, n * 8);
         const double h = 1e-6;
         for (size_t j = 0; j < n; j++) {
             double keep = v[j];
             v[j] = keep + h;
-            session_write_node(s, c.p[pi], v, n * 8);
+            session_write_node(s, pid, v, n * 8);
             double lp = loss_of(s);
             v[j] = keep - h;
-            session_write_node(s, c.p[pi], v, n * 8);
+            session_write_node(s, pid, v, n * 8);
             double lm = loss_of(s);
             v[j] = keep;
-            session_write_node(s, c.p[pi], v, n * 8);
+            session_write_node(s, pid, v, n * 8);
             double fd = (lp - lm) / (2 * h);
             if (k->flags & CASE_STOP) {
                 /* L(x) = f(x*x) with the first factor stopped: the analytic

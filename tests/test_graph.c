@@ -1,7 +1,8 @@
 /* test_graph.c - the graph builder: the textual dump (pinned literally), the
  * MEGANEURA_DUMP switch, shape/dtype errors (status, a message naming the op
  * and the shapes, the graph left unchanged and still usable), bad arguments
- * (names, ids, ranks, dims, NULLs), and the shape rules of reshape, transpose,
+ * (names, ids, ranks, dims, NULLs), the name rules (everything a checkpoint
+ * cannot hold is refused at declaration) and the name index, and the shape rules of reshape, transpose,
  * reductions, conv2d, max_pool2d and batched matmul.
  *
  * Does not: run kernels (test_cpu_kernels.c) or check gradients
@@ -235,7 +236,7 @@ static void check_error(mn_graph *g, const err_case *c, mn_status got, int32_t n
     /* still usable: a valid op records a node */
     mn_tensor t = MN_NONE;
     mn_status st = mn_neg(g, &t, valid_in);
-    if (st == MN_OK && t == n_before && g->n == n_before + 1) th_passed++;
+    if (st == MN_OK && graph_id(t) == n_before && g->n == n_before + 1) th_passed++;
     else th_fail(__FILE__, line, "%s: graph not usable afterwards: %s (%s)", c->what, mn_status_str(st), mn_graph_error(g));
 }
 static void test_shape_errors(void) {
@@ -337,15 +338,15 @@ static void test_shape_errors(void) {
         CHECK(g->loss == MN_NONE);
         CHECK_OK(mn_graph_input(g, &one_f32, "one_f32", MN_F32, 2, S(1, 1)), mn_graph_error(g));
         CHECK_OK(mn_graph_loss(g, one_f32), mn_graph_error(g)); /* any one-element f32 tensor */
-        CHECK(g->loss == one_f32);
+        CHECK(g->loss == graph_id(one_f32));
         mn_tensor s;
         CHECK_OK(mn_sum(g, &s, a23, MN_ALL_AXES, false), mn_graph_error(g));
         CHECK_OK(mn_graph_loss(g, s), mn_graph_error(g)); /* replaces the loss */
-        CHECK(g->loss == s);
-        CHECK(!(g->nodes[one_f32].flags & NODE_F_LOSS));
+        CHECK(g->loss == graph_id(s));
+        CHECK(!(g->nodes[graph_id(one_f32)].flags & NODE_F_LOSS));
         /* a later failure keeps the earlier loss */
         CHECK(mn_graph_loss(g, b45) == MN_E_SHAPE);
-        CHECK(g->loss == s);
+        CHECK(g->loss == graph_id(s));
     }
 #undef RUN
     mn_graph_destroy(g);
@@ -446,7 +447,7 @@ static void test_bad_args(void) {
     CHECK(mn_graph_error(NULL) != NULL);
 
     /* invalid tensor ids */
-    const mn_tensor bad[] = {MN_NONE, 9999, -5, g->n};
+    const mn_tensor bad[] = {MN_NONE, 9999, -5, g->n, graph_handle(g, g->n), graph_id(x), x + (1 << 23)};
     for (size_t i = 0; i < MN_ARRAY_LEN(bad); i++) {
         mn_tensor b = bad[i];
         int32_t n1 = g->n;
@@ -517,6 +518,102 @@ static void test_bad_args(void) {
     mn_graph_destroy(g);
 }
 
+/* ---- names ---------------------------------------------------------------------- */
+
+/* Every name that cannot be written into a checkpoint is refused when it is
+ * declared (input, param, state, output), with a message naming it, and the
+ * failed call leaves the graph unchanged (the name stays free). */
+static void test_names(void) {
+    mn_graph *g = NULL;
+    CHECK_OK(mn_graph_create(&g), "create");
+    if (!g) return;
+    mn_init z = {MN_INIT_ZEROS, 0, 0};
+    mn_tensor x, t, r;
+    CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 1, S(3)), mn_graph_error(g));
+    CHECK_OK(mn_relu(g, &r, x), mn_graph_error(g));
+    char longest[MN_MAX_NAME + 1], too_long[MN_MAX_NAME + 2];
+    memset(longest, 'a', MN_MAX_NAME);
+    longest[MN_MAX_NAME] = 0;
+    memset(too_long, 'b', MN_MAX_NAME + 1);
+    too_long[MN_MAX_NAME + 1] = 0;
+    static const struct {
+        const char *name, *needle;
+    } bad[] = {
+        {"", "empty"},
+        {"\xC3", "UTF-8"},             /* truncated sequence */
+        {"w\xC0\xAF", "UTF-8"},        /* overlong '/' */
+        {"\xED\xA0\x80", "UTF-8"},     /* a surrogate */
+        {"w\xFF", "UTF-8"},
+        {"__metadata__", "reserved"},  /* safetensors' metadata key */
+        {"__hyper", "reserved"},       /* the session's own input */
+        {"__x", "__"},
+        {"optim.adamw.m.w", "optim."}, /* another parameter's optimizer slot */
+        {"optim.temperature", "reserved"},
+        {"tab\there", "control character (byte 0x09 at offset 3)"},
+        {"nl\n", "control character"},
+        {"del\x7f", "byte 0x7f"},
+        {"x", "'x' is already used"},
+    };
+    for (size_t i = 0; i < MN_ARRAY_LEN(bad); i++) {
+        for (int kind = 0; kind < 4; kind++) {
+            int32_t n0 = g->n;
+            t = 77;
+            mn_status st;
+            if (kind == 0) st = mn_graph_input(g, &t, bad[i].name, MN_F32, 1, S(3));
+            else if (kind == 1) st = mn_graph_param(g, &t, bad[i].name, 1, S(3), z);
+            else if (kind == 2) st = mn_graph_state(g, &t, bad[i].name, 1, S(3));
+            else st = mn_graph_output(g, r, bad[i].name);
+            CHECK_MSG(st == MN_E_INVALID, "name %zu, kind %d: %s", i, kind, mn_status_str(st));
+            CHECK_HAS(mn_graph_error(g), bad[i].needle);
+            if (kind < 3) CHECK(t == MN_NONE);
+            CHECK(g->n == n0);
+        }
+    }
+    /* the message names the reserved name itself */
+    CHECK(mn_graph_param(g, &t, "optim.adamw.m.w", 1, S(3), z) == MN_E_INVALID);
+    CHECK_HAS(mn_graph_error(g), "'optim.adamw.m.w'");
+    /* too long: the limit is MN_MAX_NAME bytes, and exactly that many is fine */
+    CHECK(mn_graph_param(g, &t, too_long, 1, S(3), z) == MN_E_INVALID);
+    CHECK_HAS(mn_graph_error(g), "256 bytes is longer than 255");
+    CHECK_OK(mn_graph_param(g, &t, longest, 1, S(3), z), mn_graph_error(g));
+    /* nothing above took a name: the failed output can still be named, and
+     * valid UTF-8, quotes, backslashes and spaces are fine */
+    CHECK(graph_find(g, "__hyper") == MN_NONE && graph_find(g, "tab\there") == MN_NONE);
+    CHECK_OK(mn_graph_output(g, r, "r"), mn_graph_error(g));
+    CHECK_OK(mn_graph_param(g, &t, "caf\xC3\xA9 \"w\" \\ \xF0\x9F\x98\x80", 1, S(3), z), mn_graph_error(g));
+    CHECK_OK(mn_graph_param(g, &t, "optim", 1, S(3), z), mn_graph_error(g)); /* the prefix is "optim." */
+    CHECK_OK(mn_graph_param(g, &t, "_x", 1, S(3), z), mn_graph_error(g));
+    CHECK(graph_find(g, "r") == graph_id(r));
+    CHECK(graph_find(g, "optim") == graph_id(t) - 1);
+    mn_graph_destroy(g);
+}
+
+/* The name index: many names, lookups exact, failed composites leave no
+ * stale entries. */
+static void test_name_index(void) {
+    mn_graph *g = NULL;
+    CHECK_OK(mn_graph_create(&g), "create");
+    if (!g) return;
+    enum { N = 5000 };
+    mn_init z = {MN_INIT_ZEROS, 0, 0};
+    mn_tensor t, ids[N];
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        CHECK_OK(mn_graph_param(g, &ids[i], name, 1, S(2), z), mn_graph_error(g));
+    }
+    int wrong = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        wrong += graph_find(g, name) != graph_id(ids[i]);
+        wrong += mn_graph_param(g, &t, name, 1, S(2), z) != MN_E_INVALID; /* duplicate */
+    }
+    CHECK(wrong == 0);
+    CHECK(graph_find(g, "p5000") == MN_NONE && graph_find(g, "p") == MN_NONE);
+    CHECK(g->names_used == N);
+    mn_graph_destroy(g);
+}
+
 /* ---- shape rules ---------------------------------------------------------------- */
 
 static void test_shapes(void) {
@@ -547,7 +644,7 @@ static void test_shapes(void) {
     CHECK_OK(mn_graph_input(g, &lab, "lab", MN_I32, 2, S(2, 2)), mn_graph_error(g));
     CHECK_OK(mn_reshape(g, &t, lab, 1, S(-1)), mn_graph_error(g));
     CHECK_SHAPE(g, t, 1, 4);
-    CHECK(g->nodes[t].dtype == MN_I32);
+    CHECK(g->nodes[graph_id(t)].dtype == MN_I32);
 
     /* transpose with negative axes */
     CHECK_OK(mn_transpose(g, &t, c, -1, -3), mn_graph_error(g));
@@ -567,7 +664,7 @@ static void test_shapes(void) {
     CHECK_SHAPE(g, t, 2, 2, 4);
     CHECK_OK(mn_mean(g, &t, c, -1, true), mn_graph_error(g));
     CHECK_SHAPE(g, t, 3, 2, 3, 1);
-    CHECK(g->nodes[t].ip[0] == 2); /* axis normalised */
+    CHECK(g->nodes[graph_id(t)].ip[0] == 2); /* axis normalised */
     CHECK_OK(mn_mean(g, &t, c, -3, false), mn_graph_error(g));
     CHECK_SHAPE(g, t, 2, 3, 4);
     CHECK_OK(mn_max(g, &t, c, 0, true), mn_graph_error(g));
@@ -616,7 +713,7 @@ static void test_shapes(void) {
     mn_conv2d_params asym = {{1, 2}, {2, 0}, {2, 1}, 0};
     CHECK_OK(mn_conv2d(g, &t, xb, wb, MN_NONE, &asym), mn_graph_error(g));
     CHECK_SHAPE(g, t, 4, 1, 2, 8, 3); /* h: (6+4-3)/1+1 = 8; w: (7-3)/2+1 = 3 */
-    CHECK(g->nodes[t].ip[6] == 1);    /* groups 0 means 1 */
+    CHECK(g->nodes[graph_id(t)].ip[6] == 1); /* groups 0 means 1 */
     mn_conv2d_params huge_dil = {{1, 1}, {0, 0}, {5, 5}, 1};
     CHECK(mn_conv2d(g, &t, xb, wb, MN_NONE, &huge_dil) == MN_E_SHAPE); /* w: span 11 > 7 */
 
@@ -719,6 +816,8 @@ int main(void) {
     test_dump_env();
     test_shape_errors();
     test_bad_args();
+    test_names();
+    test_name_index();
     test_shapes();
     test_huge();
     return th_finish("test_graph");

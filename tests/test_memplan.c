@@ -8,6 +8,11 @@
  *     the other is born);
  *  2. outputs, loss and parameters match a planner-less run bit for bit;
  *  3. the planned peak never exceeds the planner-less sum.
+ * And the first-fit structure itself (mp_freeset, a treap of free
+ * intervals): random takes and releases place every block exactly where a
+ * linear first-fit scan over the live blocks does (the planner's placements
+ * and peaks are unchanged from that scan). Build times are measured by
+ * bench/bench_build.c, not here.
  */
 #include <string.h>
 
@@ -131,7 +136,71 @@ static void check_no_overlap(const mn_session *s, unsigned seed) {
     free(last);
 }
 
+/* ---- the free-interval set against a linear first-fit scan ------------------- */
+
+typedef struct ref_block {
+    uint64_t off, size;
+} ref_block;
+
+/* The lowest offset where size fits between live blocks (sorted by offset). */
+static uint64_t ref_first_fit(const ref_block *b, int n, uint64_t size, int *pos) {
+    uint64_t at = 0;
+    int i = 0;
+    for (; i < n; i++) {
+        if (b[i].off >= at + size) break;
+        if (b[i].off + b[i].size > at) at = b[i].off + b[i].size;
+    }
+    *pos = i;
+    return at;
+}
+
+static void test_freeset(void) {
+    enum { OPS = 20000, MAXLIVE = 400 };
+    static ref_block live[MAXLIVE];
+    int nlive = 0, bad = 0;
+    uint64_t high = 0;
+    unsigned s = 12345;
+    mp_freeset fs;
+    CHECK_OK(mp_fs_init(&fs), "init");
+    for (int op = 0; op < OPS; op++) {
+        bool take = nlive == 0 || (nlive < MAXLIVE && rnd(&s) % 100 < 55);
+        if (take) {
+            /* sizes from one alignment unit to 64 units, small ones common */
+            uint64_t size = 64 * (1 + (rnd(&s) % 4 == 0 ? rnd(&s) % 64 : rnd(&s) % 4));
+            int pos;
+            uint64_t want = ref_first_fit(live, nlive, size, &pos), got = 1;
+            mp_fs_alloc(&fs, size, &got);
+            if (got != want && bad++ < 5) th_fail(__FILE__, __LINE__, "op %d: take %llu at %llu, first fit %llu", op,
+                                                  (unsigned long long)size, (unsigned long long)got,
+                                                  (unsigned long long)want);
+            memmove(&live[pos + 1], &live[pos], (size_t)(nlive - pos) * sizeof *live);
+            live[pos] = (ref_block){want, size};
+            nlive++;
+            if (want + size > high) high = want + size;
+        } else {
+            int i = (int)(rnd(&s) % (unsigned)nlive);
+            CHECK_OK(mp_fs_release(&fs, live[i].off, live[i].size), "release");
+            memmove(&live[i], &live[i + 1], (size_t)(nlive - i - 1) * sizeof *live);
+            nlive--;
+        }
+        if (fs.high != high && bad++ < 5) th_fail(__FILE__, __LINE__, "op %d: high %llu, want %llu", op,
+                                                  (unsigned long long)fs.high, (unsigned long long)high);
+    }
+    /* everything released: one interval from 0 to infinity again */
+    while (nlive > 0) {
+        nlive--;
+        CHECK_OK(mp_fs_release(&fs, live[nlive].off, live[nlive].size), "release");
+    }
+    CHECK(fs.root >= 0 && fs.a[fs.root].off == 0 && fs.a[fs.root].l < 0 && fs.a[fs.root].r < 0);
+    uint64_t off = 1;
+    mp_fs_alloc(&fs, 1u << 20, &off);
+    CHECK(off == 0);
+    if (!bad) th_passed++;
+    mp_fs_destroy(&fs);
+}
+
 int main(void) {
+    test_freeset();
     long reused_total = 0, sum_total = 0;
     for (unsigned seed = 1; seed <= GRAPHS; seed++) {
         mn_tensor loss;

@@ -724,7 +724,7 @@ static void test_errors(void) {
     mn_tensor one;
     mn_graph_input(g, &one, "one", MN_F32, 4, S(1, 4, 1, 1));
     EXPECT_FAIL(mn_batch_norm2d(g, &y, one, MN_NONE, MN_NONE, rm, rv, 0.1f, 1e-5f, true), MN_E_SHAPE, "one value");
-    CHECK(!(g->nodes[rm].flags & NODE_F_FROZEN)); /* failed calls freeze nothing */
+    CHECK(!(g->nodes[graph_id(rm)].flags & NODE_F_FROZEN)); /* failed calls freeze nothing */
     /* inference batch norm takes any [C] tensors (here constants); one value per channel is fine */
     CHECK_OK(mn_batch_norm2d(g, &y, one, MN_NONE, MN_NONE, c, rk, 0.1f, 1e-5f, false), mn_graph_error(g));
     CHECK(mn_slice(NULL, &y, x3, 0, 0, 1) == MN_E_INVALID && mn_concat(NULL, &y, &x3, 2, 0) == MN_E_INVALID);
@@ -801,7 +801,7 @@ static double nmse(const float *v, const float *c, size_t n) {
 }
 
 static double cmp_node(mn_session *a, mn_session *b, int32_t id) {
-    size_t n = (size_t)node_numel(&a->g->nodes[id]);
+    size_t n = (size_t)node_numel(&a->g->nodes[graph_id(id)]);
     float *x = malloc(n * 4), *y = malloc(n * 4);
     double e = INFINITY;
     if (!session_read_f32(a, id, x, n) && !session_read_f32(b, id, y, n)) e = nmse(x, y, n);

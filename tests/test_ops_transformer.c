@@ -205,7 +205,7 @@ static void run_rope(double *y, bk b, const float *x, int rank, const int64_t *s
     if (!st && pos) st = mn_graph_input(g, &pi, "pos", MN_I32, 1, S(1));
     st = st ? st : mn_rope(g, &out, xi, pi, theta, offset);
     if (!st && inverse) { /* the rotation back: the backward op itself */
-        node p = g->nodes[out];
+        node p = g->nodes[graph_id(out)];
         p.in[0] = out;
         p.ip[1] = 1;
         st = graph_add(g, &out, &p);
@@ -699,7 +699,7 @@ static void compare_vk(const char *name, op_id op, case_fn fn, double tol) {
         for (int i = 0; i < c.np; i++) ids[nid++] = c.p[i];
         for (int i = 0; i < nid; i++) {
             int32_t id = i ? session_grad_of(s[0], ids[i]) : ids[i];
-            size_t n = (size_t)node_numel(&s[0]->g->nodes[id]);
+            size_t n = (size_t)node_numel(&s[0]->g->nodes[graph_id(id)]);
             double *a = malloc(n * 8), *b = malloc(n * 8);
             read_d(s[0], id, a, n);
             read_d(s[1], i ? session_grad_of(s[1], ids[i]) : id, b, n);

@@ -706,41 +706,110 @@ out:
     mn_graph_destroy(g);
 }
 
-/* A parameter whose own name starts with "optim." is a parameter, not
- * optimizer state: checkpoints of every mode load into every mode. */
-static void test_optim_like_names(void) {
-    char pt[256], pi[256];
-    tpath(pt, sizeof pt, "optim_like_train.ckpt");
-    tpath(pi, sizeof pi, "optim_like_inf.ckpt");
-    mn_graph *g = mlp(8, "optim.temperature", true);
+/* Names are checked when declared, so a checkpoint never fails on a name
+ * after training (issue 7): a parameter may not be named like optimizer
+ * state ("optim." is reserved), and every name the graph accepts - the
+ * longest, multi-byte UTF-8, quotes, backslashes - goes through save and
+ * load in every mode, optimizer state included (its names are longer than
+ * the parameter's). */
+static void test_reserved_names(void) {
+    mn_graph *g = NULL;
+    CHECK_OK(mn_graph_create(&g), "create");
     if (!g) return;
-    mn_session *tr = open_session(g, MN_MODE_TRAINING, MN_OPTIM_ADAM, 1);
-    mn_session *tr2 = open_session(g, MN_MODE_TRAINING, MN_OPTIM_ADAM, 2);
-    mn_session *inf = open_session(g, MN_MODE_INFERENCE, MN_OPTIM_ADAM, 3);
+    mn_tensor p;
+    mn_init u = {MN_INIT_UNIFORM, -0.1f, 0.1f};
+    CHECK(mn_graph_param(g, &p, "optim.temperature", 1, S(2), u) == MN_E_INVALID);
+    CHECK_HAS(mn_graph_error(g), "optim.temperature");
+    CHECK_HAS(mn_graph_error(g), "reserved");
+    CHECK(mn_graph_param(g, &p, "optim.adamw.m.w1", 1, S(2), u) == MN_E_INVALID);
+    CHECK(mn_graph_input(g, &p, "__metadata__", MN_F32, 1, S(2)) == MN_E_INVALID);
     mn_graph_destroy(g);
-    if (tr && tr2 && inf) {
-        float t[2] = {0}, want[2] = {0};
-        feed(tr);
-        CHECK_OK(mn_session_step(tr), mn_session_error(tr));
-        CHECK_OK(mn_session_step(tr), mn_session_error(tr));
-        CHECK_OK(mn_session_save(tr, pt), mn_session_error(tr));
-        CHECK_OK(mn_session_save(inf, pi), mn_session_error(inf));
-        /* training checkpoint into inference: the parameter is loaded */
-        CHECK_OK(mn_session_get_param(tr, "optim.temperature", want, 2), mn_session_error(tr));
-        CHECK_OK(mn_session_load(inf, pt), mn_session_error(inf));
-        CHECK_OK(mn_session_get_param(inf, "optim.temperature", t, 2), mn_session_error(inf));
-        CHECK(memcmp(t, want, sizeof t) == 0);
-        /* training checkpoint into training: state and step */
-        CHECK_OK(mn_session_load(tr2, pt), mn_session_error(tr2));
-        CHECK(mn_session_step_count(tr2) == 2);
-        /* inference checkpoint (no state) into training */
-        CHECK_OK(mn_session_load(tr, pi), mn_session_error(tr));
-        CHECK(mn_session_step_count(tr) == 0);
-        CHECK(state_is_zero(tr, "optim.adam.m.w1"));
+
+    char longest[MN_MAX_NAME + 1];
+    memset(longest, 'n', MN_MAX_NAME);
+    longest[MN_MAX_NAME] = 0;
+    static const char odd[] = "temp\xC3\xA9rature \"q\" \\ \xE2\x88\x9E";
+    for (int which = 0; which < 2; which++) {
+        const char *name = which ? odd : longest;
+        char pt[256], pi[256];
+        tpath(pt, sizeof pt, which ? "odd_train.ckpt" : "long_train.ckpt");
+        tpath(pi, sizeof pi, which ? "odd_inf.ckpt" : "long_inf.ckpt");
+        g = mlp(8, name, true);
+        if (!g) return;
+        mn_session *tr = open_session(g, MN_MODE_TRAINING, MN_OPTIM_ADAM, 1);
+        mn_session *tr2 = open_session(g, MN_MODE_TRAINING, MN_OPTIM_ADAM, 2);
+        mn_session *inf = open_session(g, MN_MODE_INFERENCE, MN_OPTIM_ADAM, 3);
+        mn_graph_destroy(g);
+        if (tr && tr2 && inf) {
+            float t[2] = {0}, want[2] = {0};
+            char state[512];
+            snprintf(state, sizeof state, "optim.adam.m.%s", name);
+            feed(tr);
+            CHECK_OK(mn_session_step(tr), mn_session_error(tr));
+            CHECK_OK(mn_session_step(tr), mn_session_error(tr));
+            CHECK(!state_is_zero(tr, state));
+            CHECK_OK(mn_session_save(tr, pt), mn_session_error(tr));
+            CHECK_OK(mn_session_save(inf, pi), mn_session_error(inf));
+            CHECK_OK(mn_session_get_param(tr, name, want, 2), mn_session_error(tr));
+            CHECK_OK(mn_session_load(inf, pt), mn_session_error(inf));
+            CHECK_OK(mn_session_get_param(inf, name, t, 2), mn_session_error(inf));
+            CHECK(memcmp(t, want, sizeof t) == 0);
+            CHECK_OK(mn_session_load(tr2, pt), mn_session_error(tr2));
+            CHECK(mn_session_step_count(tr2) == 2);
+            CHECK(!state_is_zero(tr2, state));
+            CHECK_OK(mn_session_load(tr, pi), mn_session_error(tr));
+            CHECK(mn_session_step_count(tr) == 0);
+            CHECK(state_is_zero(tr, state));
+        }
+        mn_session_destroy(inf);
+        mn_session_destroy(tr2);
+        mn_session_destroy(tr);
     }
-    mn_session_destroy(inf);
-    mn_session_destroy(tr2);
-    mn_session_destroy(tr);
+}
+
+/* A model whose checkpoints could not be written - the header over the
+ * safetensors limit - is refused at creation, and so is metadata that would
+ * push it over (the limit lowered for the test); the bound is never below a
+ * real header. */
+static void test_header_limit(void) {
+    mn_graph *g = mlp(8, NULL, true);
+    if (!g) return;
+    mn_session_options o = mn_session_default_options();
+    o.mode = MN_MODE_TRAINING;
+    mn_session *s = NULL;
+    CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
+    uint64_t bound = s ? session_header_bound(s) : 0;
+    char p[256];
+    tpath(p, sizeof p, "bound.ckpt");
+    if (s) {
+        CHECK_OK(mn_session_save(s, p), mn_session_error(s));
+        size_t len = 0;
+        unsigned char *buf = file_read(p, &len);
+        uint64_t hlen = 0;
+        for (int i = 7; buf && len >= 8 && i >= 0; i--) hlen = (hlen << 8) | buf[i];
+        CHECK_MSG(buf && hlen > 0 && hlen <= bound, "header %llu bytes, bound %llu", (unsigned long long)hlen,
+                  (unsigned long long)bound);
+        /* tight: a few bytes per tensor (12: 4 parameters, 8 Adam slots) */
+        CHECK_MSG(bound < hlen + 512 + 12 * 24, "bound %llu for a %llu-byte header", (unsigned long long)bound,
+                  (unsigned long long)hlen);
+        free(buf);
+    }
+    mn_session_destroy(s);
+    session_internal_options io = {.header_limit = bound - 1};
+    s = NULL;
+    CHECK(session_create_ex(&s, g, &o, &io) == MN_E_INVALID);
+    CHECK_HAS(mn_session_error(s), "safetensors header");
+    mn_session_destroy(s);
+    io.header_limit = bound + 100;
+    s = NULL;
+    CHECK_OK(session_create_ex(&s, g, &o, &io), mn_session_error(s));
+    if (s) {
+        CHECK_OK(mn_session_set_meta(s, "k", "0123456789"), mn_session_error(s));  /* 6 * 11 + 8 = 74 */
+        CHECK_FAILS(s, mn_session_set_meta(s, "k2", "0123456789"), MN_E_INVALID, "header"); /* 74 + 80 > 100 */
+        CHECK_OK(mn_session_set_meta(s, "k", "01234"), mn_session_error(s)); /* replacing frees room */
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
 }
 
 /* Checkpoints written directly with the safetensors writer, to reach the
@@ -924,7 +993,8 @@ int main(void) {
     test_checkpoints();
     test_crafted_checkpoints();
     test_source_outputs();
-    test_optim_like_names();
+    test_reserved_names();
+    test_header_limit();
     test_failed_save();
     char sub[128];
     snprintf(sub, sizeof sub, "%s/fsize", g_dir);

@@ -354,9 +354,10 @@ static void build_rows(mn_graph *g) {
     CHECK_OK(mn_graph_constant(g, &l, 1, SH(3), v), mn_graph_error(g));
 }
 
-/* Every optimizer variant, with and without the clip coefficient. */
+/* Every optimizer variant, with and without the clip coefficient, and gated
+ * by a step_gate (the non-finite check: with and without clipping). */
 static void build_optim(mn_graph *g) {
-    mn_tensor hyper = in_f(g, 1, SH(4));
+    mn_tensor hyper = in_f(g, 1, SH(4)), loss = in_f(g, 0, NULL);
     const struct {
         int r;
         int64_t s[4];
@@ -365,13 +366,17 @@ static void build_optim(mn_graph *g) {
         mn_tensor gr = in_f(g, shapes[i].r, shapes[i].s);
         mn_tensor sq = add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {gr}});
         mn_tensor clip = add(g, (spec){.op = OP_CLIP_COEF, .nin = 1, .in = {sq}, .fp = {1.0}});
-        for (int withclip = 0; withclip <= 1; withclip++) {
+        mn_tensor gate = add(g, (spec){.op = OP_STEP_GATE, .nin = 2, .in = {loss, sq}, .fp = {i % 2 ? 1.0 : 0.0}});
+        if (i == 0) add(g, (spec){.op = OP_STEP_GATE, .nin = 1, .in = {loss}}); /* the loss alone */
+        for (int withclip = 0; withclip <= 2; withclip++) {
+            const int64_t skip = withclip == 2; /* 2: the gate as clip input, skipping */
+            if (withclip == 2) clip = gate;
             /* SGD: plain, momentum, nesterov + weight decay */
             const double sgd[3][3] = {{0, 0, 0}, {0.9, 0, 0}, {0.9, 1, 1e-4}};
             for (int v = 0; v < 3; v++) {
                 mn_tensor p = par(g, shapes[i].r, shapes[i].s), buf = state_like(g, p);
                 spec s = {.op = OP_SGD_UPDATE, .nin = 4, .in = {p, gr, buf, hyper, clip},
-                          .fp = {1.0, sgd[v][0], 0, 0, sgd[v][2]}, .ip = {(int64_t)sgd[v][1]}};
+                          .fp = {1.0, sgd[v][0], 0, 0, sgd[v][2]}, .ip = {(int64_t)sgd[v][1], skip}};
                 if (withclip) s.nin = 5;
                 add(g, s);
             }
@@ -379,7 +384,7 @@ static void build_optim(mn_graph *g) {
             for (int v = 0; v < 3; v++) {
                 mn_tensor p = par(g, shapes[i].r, shapes[i].s), m = state_like(g, p), vv = state_like(g, p);
                 spec s = {.op = OP_ADAM_UPDATE, .nin = 5, .in = {p, gr, m, vv, hyper, clip},
-                          .fp = {v == 2 ? 0.5 : 1.0, 0.9, 0.999, 1e-8, v == 0 ? 0.0 : 0.01}, .ip = {v == 2}};
+                          .fp = {v == 2 ? 0.5 : 1.0, 0.9, 0.999, 1e-8, v == 0 ? 0.0 : 0.01}, .ip = {v == 2, skip}};
                 if (withclip) s.nin = 6;
                 add(g, s);
             }
@@ -447,6 +452,7 @@ static void run_all(const vk_caps *caps, const char *what) {
         mn_graph *g = NULL;
         CHECK_OK(mn_graph_create(&g), "create");
         if (!g) continue;
+        g->raw_ids = true; /* node-level test: handles are node indices */
         g_names = 0;
         builds[b].fn(g);
         char label[64];
@@ -480,6 +486,7 @@ static bool has(const vk_kernel *k, const char *line) { return strstr(k->defines
 static void test_defines(const vk_caps *caps) {
     mn_graph *g = NULL;
     mn_graph_create(&g);
+    g->raw_ids = true; /* node-level test: handles are node indices */
     g_names = 0;
     vk_kernel *k = malloc(sizeof *k);
     char err[256];

@@ -160,6 +160,7 @@ static void add_matmul(mn_graph *g, int ra, int rb, int64_t B, int64_t M, int64_
 static void test_matmul(void) {
     mn_graph *g;
     mn_graph_create(&g);
+    g->raw_ids = true; /* node-level test: handles are node indices */
     for (int t = 0; t < 4; t++) add_matmul(g, 2, 2, 1, 7, 13, 5, t & 1, t & 2);
     for (int t = 0; t < 4; t++) add_matmul(g, 3, 3, 3, 65, 129, 33, t & 1, t & 2); /* batched */
     add_matmul(g, 3, 2, 4, 7, 13, 5, false, false);  /* shared weight */
@@ -229,6 +230,7 @@ static void test_conv(void) {
     };
     mn_graph *g;
     mn_graph_create(&g);
+    g->raw_ids = true; /* node-level test: handles are node indices */
     for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) add_conv(g, &cases[i]);
     check_graph(g, "conv2d");
     mn_graph_destroy(g);
@@ -246,6 +248,7 @@ static void test_pool(void) {
     };
     mn_graph *g;
     mn_graph_create(&g);
+    g->raw_ids = true; /* node-level test: handles are node indices */
     for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) {
         char nx[32], ndy[32];
         snprintf(nx, sizeof nx, "px%zu", i);

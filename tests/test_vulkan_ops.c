@@ -87,7 +87,7 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc 
 
 /* Reads node id (f32) from both sessions and returns the NMSE. */
 static double compare_node(mn_session *v, mn_session *c, int32_t vid, int32_t cid) {
-    size_t n = (size_t)node_numel(&c->g->nodes[cid]);
+    size_t n = (size_t)node_numel(&c->g->nodes[graph_id(cid)]);
     float *a = malloc(n * 4 + 4), *b = malloc(n * 4 + 4);
     double e = INFINITY;
     if (a && b && !session_read_f32(v, vid, a, n) && !session_read_f32(c, cid, b, n)) e = nmse(a, b, n);

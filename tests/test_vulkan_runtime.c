@@ -81,9 +81,10 @@ static void trace_test(const mn_graph *g) {
 }
 
 static void device_lost_test(const mn_graph *g) {
-    /* submission 1 uploads the constants at build, 2 is the first step: the
-     * third (the second step) reports a lost device */
-    setenv("MEGANEURA_FAULT_DEVICE_LOST", "3", 1);
+    /* submission 1 uploads the constants at build, 2 is the first step and
+     * 3 its read of the non-finite gate: the fourth (the second step)
+     * reports a lost device */
+    setenv("MEGANEURA_FAULT_DEVICE_LOST", "4", 1);
     mn_session *s = train_session(g);
     unsetenv("MEGANEURA_FAULT_DEVICE_LOST");
     if (!s) return;

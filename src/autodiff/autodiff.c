@@ -4,7 +4,9 @@
  * A rule receives the forward node and the gradient of its output (dy) and
  * returns, for each input that needs one, the id of a node computing that
  * input's gradient. Rules build nodes with the public op constructors and the
- * backward-helper ops; the sweep accumulates fan-out with add.
+ * backward-helper ops; the sweep accumulates fan-out with add. While it runs
+ * the graph is in raw-id mode (graph.h): the constructors take and return
+ * node indices.
  */
 #include "autodiff/autodiff.h"
 
@@ -461,6 +463,8 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
     int32_t nfwd = g->n;
     *grads_out = NULL;
     if (loss < 0 || loss >= nfwd) return graph_fail(g, MN_E_STATE, "autodiff: the graph has no loss");
+    const bool raw = g->raw_ids;
+    g->raw_ids = true;
     uint8_t *needs = calloc((size_t)nfwd, 1), *reach = calloc((size_t)nfwd, 1);
     int32_t *grad = malloc((size_t)nfwd * sizeof *grad);
     mn_status st = MN_OK;
@@ -511,6 +515,7 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
     }
     for (int32_t i = nfwd; i < g->n; i++) g->nodes[i].flags |= NODE_F_BACKWARD;
 done:
+    g->raw_ids = raw;
     free(needs);
     free(reach);
     if (st) {

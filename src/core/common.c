@@ -62,6 +62,7 @@ const char *mn_status_str(mn_status s) {
     case MN_E_UNSUPPORTED: return "MN_E_UNSUPPORTED";
     case MN_E_BACKEND: return "MN_E_BACKEND";
     case MN_E_STATE: return "MN_E_STATE";
+    case MN_E_NONFINITE: return "MN_E_NONFINITE";
     default: return "MN_E_UNKNOWN";
     }
 }

@@ -8,6 +8,9 @@
 #include <ctype.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
+
+#include "io/safetensors.h" /* st_utf8_valid: names must fit a checkpoint header */
 
 const op_info op_table[OP_COUNT] = {
 #define MN_OP(E, n, lo, hi, bwd) [OP_##E] = {#n, lo, hi},
@@ -15,7 +18,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 72, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 73, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -54,12 +57,17 @@ const char *shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
     return buf;
 }
 
+/* Tags 1..255, round robin over the process (0 is never a tag, so a plain
+ * node index is never a valid public handle). */
+static atomic_uint graph_tag_counter;
+
 mn_status mn_graph_create(mn_graph **out) {
     if (!out) return MN_E_INVALID;
     mn_graph *g = calloc(1, sizeof *g);
     *out = g;
     if (!g) return MN_E_NOMEM;
     g->loss = MN_NONE;
+    g->tag = (uint8_t)(atomic_fetch_add(&graph_tag_counter, 1u) % 255u + 1u);
     return MN_OK;
 }
 
@@ -72,21 +80,148 @@ void mn_graph_destroy(mn_graph *g) {
     if (!g) return;
     for (int32_t i = 0; i < g->n; i++) node_release(&g->nodes[i]);
     free(g->nodes);
+    free(g->names);
     free(g);
 }
 
 const char *mn_graph_error(const mn_graph *g) { return g ? g->err : "no graph"; }
 
-int32_t graph_find(const mn_graph *g, const char *name) {
-    for (int32_t i = 0; i < g->n; i++)
-        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
-    return MN_NONE;
+/* ---- handles ---------------------------------------------------------------- */
+
+static uint32_t codec_tag(const mn_graph *g) { return g->raw_ids ? 0u : g->tag; }
+
+mn_tensor graph_handle(const mn_graph *g, int32_t id) {
+    if (id < 0) return MN_NONE;
+    return (mn_tensor)((codec_tag(g) << GRAPH_ID_BITS) | (uint32_t)id);
 }
 
+int32_t graph_decode(const mn_graph *g, mn_tensor t) {
+    if (!g || t < 0 || ((uint32_t)t >> GRAPH_ID_BITS) != codec_tag(g)) return -1;
+    int32_t id = t & GRAPH_ID_MASK;
+    return id < g->n ? id : -1;
+}
+
+mn_status graph_bad_tensor(mn_graph *g, const char *what, mn_tensor t) {
+    const uint32_t tag = t < 0 ? 0u : (uint32_t)t >> GRAPH_ID_BITS;
+    if (t >= 0 && tag != 0 && tag != codec_tag(g))
+        return graph_fail(g, MN_E_INVALID, "%s: tensor handle 0x%08x belongs to another graph", what, (unsigned)t);
+    const char *why = "";
+    char buf[96];
+    if (t == MN_NONE) why = " (MN_NONE where a tensor is required)";
+    else if (t < 0) why = " (not a handle)";
+    else if (tag != codec_tag(g)) why = " (use the handles its constructors return, not node numbers)";
+    else {
+        mn_fmt(buf, sizeof buf, " (no node %d: the graph has %d)", (int)(t & GRAPH_ID_MASK), (int)g->n);
+        why = buf;
+    }
+    return graph_fail(g, MN_E_INVALID, "%s %d is not a tensor of this graph%s", what, t, why);
+}
+
+/* ---- the name index (open addressing, linear probing) ----------------------- */
+
+static uint32_t name_slot(const mn_graph *g, const char *name) {
+    return (uint32_t)mn_hash_str(name) & (g->names_cap - 1);
+}
+
+/* Inserts node id (named) into a table known to have room. */
+static void names_put(mn_graph *g, int32_t id) {
+    uint32_t h = name_slot(g, g->nodes[id].name);
+    while (g->names[h] >= 0) h = (h + 1) & (g->names_cap - 1);
+    g->names[h] = id;
+    g->names_used++;
+}
+
+/* Rebuilds the index for the current nodes with at least cap slots. */
+static mn_status names_rebuild(mn_graph *g, uint32_t cap) {
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    if (!t) return MN_E_NOMEM;
+    free(g->names);
+    g->names = t;
+    g->names_cap = cap;
+    g->names_used = 0;
+    for (uint32_t i = 0; i < cap; i++) t[i] = -1;
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].name) names_put(g, i);
+    return MN_OK;
+}
+
+/* Room for one more name (load at most 1/2). */
+static mn_status names_reserve(mn_graph *g) {
+    if (g->names && (g->names_used + 1) * 2 <= g->names_cap) return MN_OK;
+    uint32_t cap = g->names_cap ? g->names_cap : 64;
+    while ((g->names_used + 1) * 2 > cap) cap *= 2;
+    if (names_rebuild(g, cap)) return graph_fail(g, MN_E_NOMEM, "out of memory indexing names");
+    return MN_OK;
+}
+
+int32_t graph_find(const mn_graph *g, const char *name) {
+    if (!name) return MN_NONE;
+    if (!g->names) { /* a graph assembled by hand (tests) */
+        for (int32_t i = 0; i < g->n; i++)
+            if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
+        return MN_NONE;
+    }
+    for (uint32_t h = name_slot(g, name);; h = (h + 1) & (g->names_cap - 1)) {
+        int32_t id = g->names[h];
+        if (id < 0) return MN_NONE;
+        if (strcmp(g->nodes[id].name, name) == 0) return id;
+    }
+}
+
+void graph_truncate(mn_graph *g, int32_t n0) {
+    bool named = false;
+    for (int32_t i = n0; i < g->n; i++) {
+        named |= g->nodes[i].name != NULL;
+        node_release(&g->nodes[i]);
+    }
+    g->n = n0;
+    /* composites add anonymous nodes: the index rarely changes; a rebuild at
+     * the same size cannot fail for want of room, only of memory, and then
+     * the (stale) index is dropped and graph_find scans */
+    if (named && g->names && names_rebuild(g, g->names_cap)) {
+        free(g->names);
+        g->names = NULL;
+        g->names_cap = g->names_used = 0;
+    }
+}
+
+/* ---- names ---------------------------------------------------------------------- */
+
+static bool utf8_valid(const char *s, size_t n) { return st_utf8_valid(s, n); }
+
+mn_status graph_check_name(mn_graph *g, const char *what, const char *name, bool library) {
+    if (!name || !*name) return graph_fail(g, MN_E_INVALID, "%s: empty name", what);
+    size_t len = strlen(name);
+    /* library names extend a user's ("optim.adamw.m." + a parameter name) */
+    const size_t max = library ? MN_MAX_NAME + 64 : MN_MAX_NAME;
+    if (len > max)
+        return graph_fail(g, MN_E_INVALID, "%s '%.40s...': name of %zu bytes is longer than %zu bytes", what, name,
+                          len, max);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c == 0x7f)
+            return graph_fail(g, MN_E_INVALID, "%s: name has a control character (byte 0x%02x at offset %zu)", what,
+                              c, i);
+    }
+    if (!utf8_valid(name, len)) return graph_fail(g, MN_E_INVALID, "%s: name is not valid UTF-8", what);
+    if (!library && (strncmp(name, "optim.", 6) == 0 || strncmp(name, "__", 2) == 0))
+        return graph_fail(g, MN_E_INVALID, "%s '%s': names starting with \"%s\" are reserved for the library%s", what,
+                          name, name[0] == '_' ? "__" : "optim.",
+                          name[0] == '_' ? "" : " (optimizer state is saved as optim.<kind>.<slot>.<param>)");
+    if (graph_find(g, name) != MN_NONE)
+        return graph_fail(g, MN_E_INVALID, "%s: the name '%s' is already used", what, name);
+    return MN_OK;
+}
+
+/* ---- nodes ------------------------------------------------------------------ */
+
 static mn_status graph_reserve(mn_graph *g) {
+    if (g->n >= MN_MAX_NODES)
+        return graph_fail(g, MN_E_INVALID, "graph: more than %d nodes (MN_MAX_NODES), counting the nodes a training "
+                          "session adds", MN_MAX_NODES);
     if (g->n < g->cap) return MN_OK;
-    if (g->cap > INT32_MAX / 2) return graph_fail(g, MN_E_NOMEM, "graph too large");
     int32_t cap = g->cap ? g->cap * 2 : 64;
+    if (cap > MN_MAX_NODES) cap = MN_MAX_NODES;
     node *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
     if (!nn) return graph_fail(g, MN_E_NOMEM, "out of memory growing the graph to %d nodes", cap);
     g->nodes = nn;
@@ -94,9 +229,9 @@ static mn_status graph_reserve(mn_graph *g) {
     return MN_OK;
 }
 
-static bool tensor_ok(const mn_graph *g, mn_tensor t) { return t >= 0 && t < g->n; }
+static bool tensor_ok(const mn_graph *g, int32_t id) { return id >= 0 && id < g->n; }
 
-mn_status graph_add(mn_graph *g, int32_t *out, node *proto) {
+static mn_status add_node(mn_graph *g, int32_t *out, node *proto) {
     const op_info *oi = &op_table[proto->op];
     if (out) *out = MN_NONE;
     if (proto->nin < oi->min_in || proto->nin > oi->max_in)
@@ -117,12 +252,35 @@ mn_status graph_add(mn_graph *g, int32_t *out, node *proto) {
             return graph_fail(g, MN_E_SHAPE, "%s: result shape %s has too many elements (limit 2^40)",
                               oi->name, shape_str(sb, sizeof sb, proto->rank, proto->shape));
         }
+    if (proto->name) { /* optimizer state: library names, unique by construction */
+        if (graph_find(g, proto->name) != MN_NONE)
+            return graph_fail(g, MN_E_INVALID, "%s: the name '%s' is already used", oi->name, proto->name);
+        if ((st = names_reserve(g))) return st;
+    }
     st = graph_reserve(g);
     if (st) return st;
     g->nodes[g->n] = *proto;
+    if (proto->name) names_put(g, g->n);
     if (out) *out = g->n;
     g->n++;
     return MN_OK;
+}
+
+mn_status graph_add(mn_graph *g, mn_tensor *out, node *proto) {
+    if (out) *out = MN_NONE;
+    for (int i = 0; i < proto->nin && i < NODE_MAX_IN; i++) {
+        int32_t id = graph_decode(g, proto->in[i]);
+        if (id < 0) {
+            char what[64];
+            mn_fmt(what, sizeof what, "%s: input %d", op_table[proto->op].name, i);
+            return graph_bad_tensor(g, what, proto->in[i]);
+        }
+        proto->in[i] = id;
+    }
+    int32_t id;
+    mn_status st = add_node(g, &id, proto);
+    if (!st && out) *out = graph_handle(g, id);
+    return st;
 }
 
 static node proto_op(op_id op, int nin, const mn_tensor *in) {
@@ -133,14 +291,6 @@ static node proto_op(op_id op, int nin, const mn_tensor *in) {
     for (int i = 0; i < nin; i++) p.in[i] = in[i];
     p.lr_mult = 1.0f;
     return p;
-}
-
-static mn_status check_name(mn_graph *g, const char *what, const char *name) {
-    if (!name || !*name) return graph_fail(g, MN_E_INVALID, "%s: empty name", what);
-    if (strlen(name) > 255) return graph_fail(g, MN_E_INVALID, "%s: name longer than 255 bytes", what);
-    if (graph_find(g, name) != MN_NONE)
-        return graph_fail(g, MN_E_INVALID, "%s: the name '%s' is already used", what, name);
-    return MN_OK;
 }
 
 static mn_status check_shape(mn_graph *g, const char *what, const char *name, int rank,
@@ -160,16 +310,23 @@ static mn_status check_shape(mn_graph *g, const char *what, const char *name, in
     return MN_OK;
 }
 
-static mn_status add_source(mn_graph *g, mn_tensor *out, op_id op, const char *what,
-                            const char *name, mn_dtype dt, int rank, const int64_t *shape,
-                            mn_init init) {
-    if (!g) return MN_E_INVALID;
-    if (!out) return graph_fail(g, MN_E_INVALID, "%s '%s': out is NULL", what, name ? name : "");
-    *out = MN_NONE;
+static const char *source_what(op_id op) {
+    switch (op) {
+    case OP_INPUT: return "input";
+    case OP_PARAM: return "param";
+    case OP_STATE: return "state";
+    default: return "constant";
+    }
+}
+
+mn_status graph_source(mn_graph *g, int32_t *out, op_id op, const char *name, mn_dtype dt, int rank,
+                       const int64_t *shape, bool library) {
+    const char *what = source_what(op);
     mn_status st;
+    *out = MN_NONE;
     /* inputs and parameters are found by name (set_input, checkpoints, the
      * init hash); only constants are anonymous */
-    if ((op != OP_CONST || name) && (st = check_name(g, what, name))) return st;
+    if ((op != OP_CONST || name) && (st = graph_check_name(g, what, name, library))) return st;
     if ((st = check_shape(g, what, name ? name : "", rank, shape))) return st;
     if (dt != MN_F32 && dt != MN_I32)
         return graph_fail(g, MN_E_DTYPE, "%s '%s': dtype %s is not supported yet (f32, i32)", what,
@@ -178,37 +335,53 @@ static mn_status add_source(mn_graph *g, mn_tensor *out, op_id op, const char *w
     p.dtype = dt;
     p.rank = rank;
     for (int i = 0; i < rank; i++) p.shape[i] = shape[i];
-    p.init = init;
+    if ((st = graph_reserve(g)) || (name && (st = names_reserve(g)))) return st;
     if (name && !(p.name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
-    if ((st = graph_reserve(g))) {
-        free(p.name);
-        return st;
-    }
     g->nodes[g->n] = p;
-    if (out) *out = g->n;
+    if (name) names_put(g, g->n);
+    *out = g->n;
     g->n++;
+    return MN_OK;
+}
+
+/* The public source constructors: g and out checked, the result a handle. */
+static mn_status add_source(mn_graph *g, mn_tensor *out, op_id op, const char *name, mn_dtype dt, int rank,
+                            const int64_t *shape, mn_init init) {
+    if (!g) return MN_E_INVALID;
+    if (!out) return graph_fail(g, MN_E_INVALID, "%s '%s': out is NULL", source_what(op), name ? name : "");
+    *out = MN_NONE;
+    int32_t id;
+    mn_status st = graph_source(g, &id, op, name, dt, rank, shape, false);
+    if (st) return st;
+    g->nodes[id].init = init;
+    *out = graph_handle(g, id);
     return MN_OK;
 }
 
 mn_status mn_graph_input(mn_graph *g, mn_tensor *out, const char *name, mn_dtype dt, int rank,
                          const int64_t *shape) {
     mn_init none = {MN_INIT_ZEROS, 0, 0};
-    return add_source(g, out, OP_INPUT, "input", name, dt, rank, shape, none);
+    return add_source(g, out, OP_INPUT, name, dt, rank, shape, none);
 }
 
 mn_status mn_graph_param(mn_graph *g, mn_tensor *out, const char *name, int rank,
                          const int64_t *shape, mn_init init) {
-    if (g && ((int)init.kind < MN_INIT_ZEROS || init.kind > MN_INIT_KAIMING_NORMAL))
+    if (g && ((int)init.kind < MN_INIT_ZEROS || init.kind > MN_INIT_KAIMING_NORMAL)) {
+        if (out) *out = MN_NONE;
         return graph_fail(g, MN_E_INVALID, "param '%s': unknown initializer %d", name ? name : "",
                           (int)init.kind);
-    return add_source(g, out, OP_PARAM, "param", name, MN_F32, rank, shape, init);
+    }
+    return add_source(g, out, OP_PARAM, name, MN_F32, rank, shape, init);
 }
 
 static mn_status param_node(mn_graph *g, mn_tensor p, node **out, const char *what) {
     if (!g) return MN_E_INVALID;
-    if (!tensor_ok(g, p) || g->nodes[p].op != OP_PARAM)
-        return graph_fail(g, MN_E_INVALID, "%s: tensor %d is not a parameter", what, p);
-    *out = &g->nodes[p];
+    int32_t id = graph_decode(g, p);
+    if (id < 0) return graph_bad_tensor(g, what, p);
+    if (g->nodes[id].op != OP_PARAM)
+        return graph_fail(g, MN_E_INVALID, "%s: tensor %%%d (%s) is not a parameter", what, id,
+                          op_table[g->nodes[id].op].name);
+    *out = &g->nodes[id];
     return MN_OK;
 }
 
@@ -232,14 +405,10 @@ mn_status mn_graph_param_freeze(mn_graph *g, mn_tensor p, bool frozen) {
     return MN_OK;
 }
 
-mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t *shape,
-                            const float *data) {
-    mn_init none = {MN_INIT_ZEROS, 0, 0};
-    if (!g) return MN_E_INVALID;
-    if (!out) return graph_fail(g, MN_E_INVALID, "constant: out is NULL");
-    if (!data) return graph_fail(g, MN_E_INVALID, "constant: data is NULL");
-    mn_tensor t;
-    mn_status st = add_source(g, &t, OP_CONST, "constant", NULL, MN_F32, rank, shape, none);
+/* A CONST node holding a copy of data, in node indices. */
+static mn_status constant_id(mn_graph *g, int32_t *out, int rank, const int64_t *shape, const float *data) {
+    int32_t t = MN_NONE;
+    mn_status st = graph_source(g, &t, OP_CONST, NULL, MN_F32, rank, shape, true);
     if (st) return st;
     node *n = &g->nodes[t];
     size_t bytes = (size_t)node_numel(n) * sizeof(float);
@@ -249,8 +418,20 @@ mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t
         return graph_fail(g, MN_E_NOMEM, "constant: out of memory for %zu bytes", bytes);
     }
     memcpy(n->data, data, bytes);
-    if (out) *out = t;
+    *out = t;
     return MN_OK;
+}
+
+mn_status mn_graph_constant(mn_graph *g, mn_tensor *out, int rank, const int64_t *shape,
+                            const float *data) {
+    if (!g) return MN_E_INVALID;
+    if (!out) return graph_fail(g, MN_E_INVALID, "constant: out is NULL");
+    *out = MN_NONE;
+    if (!data) return graph_fail(g, MN_E_INVALID, "constant: data is NULL");
+    int32_t t = MN_NONE;
+    mn_status st = constant_id(g, &t, rank, shape, data);
+    if (!st) *out = graph_handle(g, t);
+    return st;
 }
 
 mn_status mn_graph_scalar(mn_graph *g, mn_tensor *out, float value) {
@@ -259,15 +440,18 @@ mn_status mn_graph_scalar(mn_graph *g, mn_tensor *out, float value) {
 
 mn_status mn_graph_output(mn_graph *g, mn_tensor t, const char *name) {
     if (!g) return MN_E_INVALID;
-    if (!tensor_ok(g, t)) return graph_fail(g, MN_E_INVALID, "output: %d is not a tensor of this graph", t);
-    node *n = &g->nodes[t];
+    int32_t id = graph_decode(g, t);
+    if (id < 0) return graph_bad_tensor(g, "output", t);
+    node *n = &g->nodes[id];
     if (n->name) {
         if (name && strcmp(n->name, name) != 0)
             return graph_fail(g, MN_E_INVALID, "output '%s': tensor already named '%s'", name, n->name);
     } else {
-        mn_status st = check_name(g, "output", name);
+        mn_status st = graph_check_name(g, "output", name, false);
         if (st) return st;
+        if ((st = names_reserve(g))) return st;
         if (!(n->name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
+        names_put(g, id);
     }
     n->flags |= NODE_F_OUTPUT;
     return MN_OK;
@@ -275,22 +459,24 @@ mn_status mn_graph_output(mn_graph *g, mn_tensor t, const char *name) {
 
 mn_status mn_graph_loss(mn_graph *g, mn_tensor t) {
     if (!g) return MN_E_INVALID;
-    if (!tensor_ok(g, t)) return graph_fail(g, MN_E_INVALID, "loss: %d is not a tensor of this graph", t);
-    node *n = &g->nodes[t];
+    int32_t id = graph_decode(g, t);
+    if (id < 0) return graph_bad_tensor(g, "loss", t);
+    node *n = &g->nodes[id];
     if (node_numel(n) != 1 || n->dtype != MN_F32) {
         char sb[64];
         return graph_fail(g, node_numel(n) != 1 ? MN_E_SHAPE : MN_E_DTYPE, "loss: must be an f32 scalar, got %s %s",
                           mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape));
     }
     if (g->loss != MN_NONE) g->nodes[g->loss].flags &= ~(uint32_t)NODE_F_LOSS;
-    g->loss = t;
+    g->loss = id;
     n->flags |= NODE_F_LOSS;
     return MN_OK;
 }
 
 mn_status mn_tensor_shape(const mn_graph *g, mn_tensor t, int *rank, int64_t shape[MN_MAX_RANK]) {
-    if (!g || !tensor_ok(g, t) || !rank) return MN_E_INVALID;
-    const node *n = &g->nodes[t];
+    int32_t id = graph_decode(g, t);
+    if (id < 0 || !rank) return MN_E_INVALID;
+    const node *n = &g->nodes[id];
     *rank = n->rank;
     if (shape)
         for (int i = 0; i < MN_MAX_RANK; i++) shape[i] = i < n->rank ? n->shape[i] : 0;
@@ -302,13 +488,11 @@ mn_status graph_clone(mn_graph **out, const mn_graph *src) {
     mn_status st = mn_graph_create(&g);
     if (st) return st;
     g->loss = src->loss;
+    g->tag = src->tag;
+    g->raw_ids = src->raw_ids;
     g->cap = src->n + 64;
     g->nodes = calloc((size_t)g->cap, sizeof *g->nodes);
-    if (!g->nodes) {
-        free(g);
-        *out = NULL;
-        return MN_E_NOMEM;
-    }
+    if (!g->nodes) goto nomem;
     for (int32_t i = 0; i < src->n; i++) {
         node *d = &g->nodes[i];
         *d = src->nodes[i];
@@ -322,6 +506,7 @@ mn_status graph_clone(mn_graph **out, const mn_graph *src) {
             memcpy(d->data, src->nodes[i].data, bytes);
         }
     }
+    if (src->names && names_rebuild(g, src->names_cap)) goto nomem;
     *out = g;
     return MN_OK;
 nomem:
@@ -406,13 +591,14 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         if (n->ip[0] == OP_POW) fprintf(f, " p=%.9g", n->fp[0]);
         break;
     case OP_SGD_UPDATE:
-        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld", n->fp[0], n->fp[1], n->fp[4],
-                (long long)n->ip[0]);
+        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld%s", n->fp[0], n->fp[1], n->fp[4],
+                (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
         break;
     case OP_ADAM_UPDATE:
-        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld", n->fp[0],
-                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0]);
+        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld%s", n->fp[0],
+                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
         break;
+    case OP_STEP_GATE: fprintf(f, " clip=%.9g", n->fp[0]); break;
     case OP_ROPE:
         fprintf(f, " theta=%.9g offset=%lld%s", n->fp[0], (long long)n->ip[0], n->ip[1] ? " inverse" : "");
         break;
@@ -517,21 +703,26 @@ mn_status mn_permute(mn_graph *g, mn_tensor *out, mn_tensor x, const int *perm) 
     node p = proto_op(OP_PERMUTE, 1, &x);
     if (!g) return MN_E_INVALID;
     if (!perm) return graph_fail(g, MN_E_INVALID, "permute: perm is NULL");
-    if (tensor_ok(g, x))
-        for (int i = 0; i < g->nodes[x].rank; i++) p.ip[i] = perm[i];
+    int32_t xi = graph_decode(g, x);
+    if (xi >= 0)
+        for (int i = 0; i < g->nodes[xi].rank; i++) p.ip[i] = perm[i];
     return add_op(g, out, &p);
 }
 
 mn_status mn_transpose(mn_graph *g, mn_tensor *out, mn_tensor x, int a0, int a1) {
     if (!g) return MN_E_INVALID;
-    if (!tensor_ok(g, x)) return graph_fail(g, MN_E_INVALID, "transpose: %d is not a tensor of this graph", x);
-    int r = g->nodes[x].rank, perm[MN_MAX_RANK];
+    int32_t xi = graph_decode(g, x);
+    if (xi < 0) {
+        if (out) *out = MN_NONE;
+        return graph_bad_tensor(g, "transpose", x);
+    }
+    int r = g->nodes[xi].rank, perm[MN_MAX_RANK];
     if (a0 < 0) a0 += r;
     if (a1 < 0) a1 += r;
     if (a0 < 0 || a0 >= r || a1 < 0 || a1 >= r) {
         char sb[96];
         return graph_fail(g, MN_E_SHAPE, "transpose: axes %d,%d out of range for shape %s", a0, a1,
-                          shape_str(sb, sizeof sb, r, g->nodes[x].shape));
+                          shape_str(sb, sizeof sb, r, g->nodes[xi].shape));
     }
     for (int i = 0; i < r; i++) perm[i] = i;
     perm[a0] = a1;
@@ -583,21 +774,24 @@ mn_status mn_max_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2
 
 /* Composite constructors add several nodes; on a failure they drop the ones
  * they added (the graph is unchanged) and prefix the message with their name. */
+/* The node of a handle already checked (check_args, graph_decode). */
+#define NODE(t) (g->nodes[graph_id(t)])
+
 static mn_status composite_fail(mn_graph *g, int32_t n0, mn_status st, const char *what) {
     char msg[sizeof g->err];
-    for (int32_t i = n0; i < g->n; i++) node_release(&g->nodes[i]);
-    g->n = n0;
+    graph_truncate(g, n0);
     memcpy(msg, g->err, sizeof msg);
     return graph_fail(g, st, "%s: %s", what, msg);
 }
 
-/* g, out and the tensors are usable; *out = MN_NONE. */
+/* g, out and the tensors are usable; *out = MN_NONE. Afterwards the tensors
+ * are known to be handles of g: NODE(ts[i]) reads their nodes. */
 static mn_status check_args(mn_graph *g, mn_tensor *out, const char *what, int nt, const mn_tensor *ts) {
     if (!g) return MN_E_INVALID;
     if (!out) return graph_fail(g, MN_E_INVALID, "%s: out is NULL", what);
     *out = MN_NONE;
     for (int i = 0; i < nt; i++)
-        if (!tensor_ok(g, ts[i])) return graph_fail(g, MN_E_INVALID, "%s: %d is not a tensor of this graph", what, ts[i]);
+        if (graph_decode(g, ts[i]) < 0) return graph_bad_tensor(g, what, ts[i]);
     return MN_OK;
 }
 
@@ -614,7 +808,7 @@ mn_status mn_pad(mn_graph *g, mn_tensor *out, mn_tensor x, const int64_t *before
     if (st) return st;
     if (!before || !after) return graph_fail(g, MN_E_INVALID, "pad: before and after must not be NULL");
     node p = proto_op(OP_PAD, 1, &x);
-    for (int i = 0; i < g->nodes[x].rank; i++) {
+    for (int i = 0; i < NODE(x).rank; i++) {
         p.ip[i] = before[i];
         p.ip[4 + i] = after[i];
     }
@@ -644,8 +838,9 @@ mn_status mn_split(mn_graph *g, mn_tensor *outs, mn_tensor x, int axis, int n, c
     if (!g) return MN_E_INVALID;
     if (!outs) return graph_fail(g, MN_E_INVALID, "split: outs is NULL");
     for (int i = 0; i < n; i++) outs[i] = MN_NONE;
-    if (!tensor_ok(g, x)) return graph_fail(g, MN_E_INVALID, "split: %d is not a tensor of this graph", x);
-    const node *xn = &g->nodes[x];
+    int32_t xi = graph_decode(g, x);
+    if (xi < 0) return graph_bad_tensor(g, "split", x);
+    const node *xn = &g->nodes[xi];
     char sb[96];
     int a = axis < 0 ? axis + xn->rank : axis;
     if (a < 0 || a >= xn->rank)
@@ -714,7 +909,7 @@ mn_status mn_avg_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2
 mn_status mn_global_avg_pool(mn_graph *g, mn_tensor *out, mn_tensor x) {
     mn_status st = check_args(g, out, "global_avg_pool", 1, &x);
     if (st) return st;
-    const node xn = g->nodes[x];
+    const node xn = NODE(x);
     char sb[96];
     if (xn.rank != 4)
         return graph_fail(g, MN_E_SHAPE, "global_avg_pool: x must be [N,C,H,W], got %s",
@@ -745,7 +940,7 @@ mn_status mn_conv1d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_te
     mn_tensor ts[3] = {x, w, bias};
     mn_status st = check_args(g, out, "conv1d", bias == MN_NONE ? 2 : 3, ts);
     if (st) return st;
-    const node xn = g->nodes[x], wn = g->nodes[w];
+    const node xn = NODE(x), wn = NODE(w);
     char sa[96], sb[96];
     if (xn.rank != 3 || wn.rank != 3)
         return graph_fail(g, MN_E_SHAPE, "conv1d: x must be [N,C,L] and w [O,C/groups,K], got %s and %s",
@@ -759,7 +954,7 @@ mn_status mn_conv1d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_te
     if ((st = mn_reshape(g, &xr, x, 4, x4)) || (st = mn_reshape(g, &wr, w, 4, w4)) ||
         (st = mn_conv2d(g, &y, xr, wr, bias, &p2)))
         return composite_fail(g, n0, st, "conv1d");
-    const node yn = g->nodes[y];
+    const node yn = NODE(y);
     int64_t y3[3] = {yn.shape[0], yn.shape[1], yn.shape[3]};
     if ((st = mn_reshape(g, &y, y, 3, y3))) return composite_fail(g, n0, st, "conv1d");
     *out = y;
@@ -782,7 +977,7 @@ mn_status mn_conv_transpose2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tenso
     mn_tensor ts[3] = {x, w, bias};
     mn_status st = check_args(g, out, "conv_transpose2d", bias == MN_NONE ? 2 : 3, ts);
     if (st) return st;
-    const node xn = g->nodes[x], wn = g->nodes[w];
+    const node xn = NODE(x), wn = NODE(w);
     char sa[96], sb[96];
     shape_str(sa, sizeof sa, xn.rank, xn.shape);
     shape_str(sb, sizeof sb, wn.rank, wn.shape);
@@ -810,7 +1005,7 @@ mn_status mn_conv_transpose2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tenso
                           (long long)xn.shape[1], sa);
     const int64_t c_out = wn.shape[1] * groups;
     if (bias != MN_NONE) {
-        const node *bn = &g->nodes[bias];
+        const node *bn = &NODE(bias);
         if (bn->rank != 1 || bn->shape[0] != c_out) {
             char sc[96];
             return graph_fail(g, MN_E_SHAPE, "conv_transpose2d: bias %s must be [%lld] for w %s and groups %lld",
@@ -843,8 +1038,12 @@ mn_status mn_conv_transpose2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tenso
 static mn_status bn_vec(mn_graph *g, mn_tensor t, const char *what, int64_t c, bool optional) {
     char sb[96];
     if (t == MN_NONE && optional) return MN_OK;
-    if (!tensor_ok(g, t)) return graph_fail(g, MN_E_INVALID, "batch_norm2d: %s (%d) is not a tensor of this graph", what, t);
-    const node *n = &g->nodes[t];
+    if (graph_decode(g, t) < 0) {
+        char w[64];
+        mn_fmt(w, sizeof w, "batch_norm2d: %s", what);
+        return graph_bad_tensor(g, w, t);
+    }
+    const node *n = &NODE(t);
     if (n->dtype != MN_F32) return graph_fail(g, MN_E_DTYPE, "batch_norm2d: %s must be f32", what);
     if (n->rank != 1 || n->shape[0] != c)
         return graph_fail(g, MN_E_SHAPE, "batch_norm2d: %s %s must be [%lld]", what,
@@ -865,7 +1064,7 @@ mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor we
                           bool training) {
     mn_status st = check_args(g, out, "batch_norm2d", 1, &x);
     if (st) return st;
-    const node xn = g->nodes[x];
+    const node xn = NODE(x);
     char sb[96];
     if (xn.rank != 4 || xn.dtype != MN_F32)
         return graph_fail(g, xn.rank != 4 ? MN_E_SHAPE : MN_E_DTYPE, "batch_norm2d: x must be f32 [N,C,H,W], got %s %s",
@@ -880,7 +1079,7 @@ mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor we
     if (training) {
         if (!(momentum >= 0.0f && momentum <= 1.0f))
             return graph_fail(g, MN_E_INVALID, "batch_norm2d: momentum %g must be in [0, 1]", (double)momentum);
-        if (g->nodes[running_mean].op != OP_PARAM || g->nodes[running_var].op != OP_PARAM)
+        if (NODE(running_mean).op != OP_PARAM || NODE(running_var).op != OP_PARAM)
             return graph_fail(g, MN_E_INVALID, "batch_norm2d: in training the running statistics must be parameters "
                               "(mn_graph_param, zeros and ones)");
         if (N * HW < 2)
@@ -926,8 +1125,8 @@ mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor we
     }
     if (st) return composite_fail(g, n0, st, "batch_norm2d");
     /* running statistics are buffers, not trainable parameters */
-    if (g->nodes[running_mean].op == OP_PARAM) g->nodes[running_mean].flags |= NODE_F_FROZEN;
-    if (g->nodes[running_var].op == OP_PARAM) g->nodes[running_var].flags |= NODE_F_FROZEN;
+    if (NODE(running_mean).op == OP_PARAM) NODE(running_mean).flags |= NODE_F_FROZEN;
+    if (NODE(running_var).op == OP_PARAM) NODE(running_var).flags |= NODE_F_FROZEN;
     *out = y;
     return MN_OK;
 }
@@ -975,15 +1174,16 @@ mn_status mn_attention(mn_graph *g, mn_tensor *out, mn_tensor q, mn_tensor k, mn
     /* the default scale is resolved here, rounded to f32 like a given one, so
      * every backend and precision multiplies by the same number */
     float scale = ap->scale;
-    if (scale == 0.0f && g && tensor_ok(g, q) && g->nodes[q].rank == 4 && g->nodes[q].shape[3] > 0)
-        scale = (float)(1.0 / sqrt((double)g->nodes[q].shape[3]));
+    const int32_t qi = graph_decode(g, q);
+    if (scale == 0.0f && qi >= 0 && g->nodes[qi].rank == 4 && g->nodes[qi].shape[3] > 0)
+        scale = (float)(1.0 / sqrt((double)g->nodes[qi].shape[3]));
     p.fp[0] = scale;
     return add_op(g, out, &p);
 }
 
 mn_status mn_graph_state(mn_graph *g, mn_tensor *out, const char *name, int rank, const int64_t *shape) {
     mn_init none = {MN_INIT_ZEROS, 0, 0};
-    return add_source(g, out, OP_STATE, "state", name, MN_F32, rank, shape, none);
+    return add_source(g, out, OP_STATE, name, MN_F32, rank, shape, none);
 }
 
 mn_status mn_kv_append(mn_graph *g, mn_tensor *out, mn_tensor cache, mn_tensor x, mn_tensor pos) {

@@ -32,7 +32,8 @@ enum {
     NODE_F_LOSS = 1u << 2,      /* the loss: pinned, readable */
     NODE_F_BACKWARD = 1u << 3,  /* created by autodiff */
     NODE_F_OPTIM = 1u << 4,     /* created by the optimizer stage */
-    NODE_F_HOST = 1u << 5       /* written by the session from the host (hyper) */
+    NODE_F_HOST = 1u << 5,      /* written by the session from the host (hyper) */
+    NODE_F_READ = 1u << 6       /* read by the session after each step (the step gate): pinned like an output */
 };
 
 typedef struct node {
@@ -51,10 +52,25 @@ typedef struct node {
     float *data;    /* CONST: numel f32 values; owned */
 } node;
 
+/* Public tensor handles (mn_tensor) carry their graph: bits 23..30 hold the
+ * graph's tag (1..255, drawn from a process-wide counter by mn_graph_create;
+ * graph_clone keeps it), bits 0..22 the node index. Inside the library node
+ * ids are plain indices: public entry points decode handles with
+ * graph_decode() and encode results with graph_handle(). While a library
+ * stage (autodiff, optim) builds nodes with the public constructors it sets
+ * raw_ids, and handles are then plain indices (tag 0). */
+#define GRAPH_ID_BITS 23
+#define GRAPH_ID_MASK ((int32_t)((1u << GRAPH_ID_BITS) - 1))
+_Static_assert(MN_MAX_NODES == (1 << GRAPH_ID_BITS), "MN_MAX_NODES must match the handle layout");
+
 struct mn_graph {
     node *nodes;
     int32_t n, cap;
-    int32_t loss; /* MN_NONE if unset */
+    int32_t loss;    /* node index, MN_NONE if unset */
+    uint8_t tag;     /* 1..255: the high bits of this graph's handles */
+    bool raw_ids;    /* handles are plain node indices (library stages) */
+    int32_t *names;  /* hash index of named nodes: node index or -1 (open addressing) */
+    uint32_t names_cap, names_used;
     char err[512];
 };
 
@@ -71,15 +87,49 @@ bool op_is_source(op_id op);
 
 /* Appends a node whose fields the caller filled (op, nin, in, ip, fp, rank and
  * shape where the op needs them); checks arity, dtypes and shapes and fills
- * dtype/rank/shape. On error the graph is unchanged and g->err names the op
- * and shapes. */
+ * dtype/rank/shape. The inputs are handles (graph_decode: a bad one fails
+ * naming the op and the input) and *out (out may be NULL) receives the new
+ * node's handle; in raw-id mode both are node indices. A named proto
+ * (optimizer state) enters the name index. On error the graph is unchanged
+ * and g->err names the op and shapes. */
 mn_status graph_add(mn_graph *g, int32_t *out, node *proto);
 /* Shape inference for one node (graph/shape.c). */
 mn_status graph_infer(mn_graph *g, node *n);
 
-/* Deep copy (names, data). */
+/* Deep copy (names, data, the tag and the name index). */
 mn_status graph_clone(mn_graph **out, const mn_graph *src);
+/* The node named name, or MN_NONE; a hash lookup (O(1) expected). */
 int32_t graph_find(const mn_graph *g, const char *name);
+
+/* ---- handles (see struct mn_graph) ---- */
+
+/* The node index inside a handle already validated (or a plain index);
+ * MN_NONE for negative values. */
+static inline int32_t graph_id(mn_tensor t) { return t < 0 ? MN_NONE : (t & GRAPH_ID_MASK); }
+/* The handle of node id (MN_NONE for a negative id). */
+mn_tensor graph_handle(const mn_graph *g, int32_t id);
+/* The one decode/validate of handles: the node index of t, or -1 when t is
+ * not a tensor of g (MN_NONE or another negative value, another graph's
+ * handle, an index past the last node). */
+int32_t graph_decode(const mn_graph *g, mn_tensor t);
+/* Writes why t is not a tensor of g ("<what>: tensor handle ... belongs to
+ * another graph", ...) into g->err; returns MN_E_INVALID. */
+mn_status graph_bad_tensor(mn_graph *g, const char *what, mn_tensor t);
+/* Drops the nodes from n0 on (a failed composite); names leave the index. */
+void graph_truncate(mn_graph *g, int32_t n0);
+
+/* ---- names ---- */
+
+/* The rules of public names (mn_graph_input/param/state/output): 1 to
+ * MN_MAX_NAME bytes of valid UTF-8 without control characters, not starting
+ * with the reserved prefixes "optim." or "__", unused in g. library = true
+ * (names the library makes: "__hyper", "optim.<kind>.<slot>.<param>") skips
+ * the prefix rule. On failure g->err names what and the name. */
+mn_status graph_check_name(mn_graph *g, const char *what, const char *name, bool library);
+/* A named source node (INPUT, PARAM, STATE) or an anonymous CONST, in node
+ * indices; name rules as graph_check_name(library). */
+mn_status graph_source(mn_graph *g, int32_t *out, op_id op, const char *name, mn_dtype dt, int rank,
+                       const int64_t *shape, bool library);
 /* "[2,3,4]" into buf. */
 const char *shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 /* One line per node; used by mn_graph_dump and session dumps. */

@@ -32,8 +32,6 @@ static mn_status pw_add(mn_graph *g, mn_tensor *out, node *p) {
     return graph_add(g, out, p);
 }
 
-static bool pw_tensor_ok(const mn_graph *g, mn_tensor t) { return t >= 0 && t < g->n; }
-
 /* ---- primitives ------------------------------------------------------------ */
 
 mn_status mn_abs(mn_graph *g, mn_tensor *out, mn_tensor x) {
@@ -155,11 +153,7 @@ static mn_status txn_fail(pw_txn *t, mn_status st, const char *fmt, ...) {
 static mn_status txn_end(pw_txn *t, mn_tensor *out, mn_tensor result) {
     if (t->st != MN_OK) {
         if (t->g) {
-            for (int32_t i = t->n0; i < t->g->n; i++) {
-                free(t->g->nodes[i].name);
-                free(t->g->nodes[i].data);
-            }
-            t->g->n = t->n0;
+            graph_truncate(t->g, t->n0);
         }
         return t->st;
     }
@@ -171,12 +165,15 @@ static mn_status txn_end(pw_txn *t, mn_tensor *out, mn_tensor result) {
 static bool txn_tensor(pw_txn *t, mn_tensor x, const char *what, bool optional) {
     if (t->st) return false;
     if (optional && x == MN_NONE) return true;
-    if (!pw_tensor_ok(t->g, x)) {
-        txn_fail(t, MN_E_INVALID, "%s %d is not a tensor of this graph", what, x);
+    if (graph_decode(t->g, x) < 0) {
+        char inner[sizeof t->g->err];
+        graph_bad_tensor(t->g, what, x);
+        memcpy(inner, t->g->err, sizeof inner);
+        txn_fail(t, MN_E_INVALID, "%s", inner); /* "<name>: <what> <x> is not a tensor of this graph" */
         return false;
     }
-    if (t->g->nodes[x].dtype != MN_F32) {
-        txn_fail(t, MN_E_DTYPE, "%s must be f32, got %s", what, mn_dtype_name(t->g->nodes[x].dtype));
+    if (t->g->nodes[graph_id(x)].dtype != MN_F32) {
+        txn_fail(t, MN_E_DTYPE, "%s must be f32, got %s", what, mn_dtype_name(t->g->nodes[graph_id(x)].dtype));
         return false;
     }
     return true;
@@ -186,7 +183,7 @@ static bool txn_tensor(pw_txn *t, mn_tensor x, const char *what, bool optional) 
 static bool txn_vector(pw_txn *t, mn_tensor v, const char *what, int64_t d, const node *x) {
     if (!txn_tensor(t, v, what, true)) return false;
     if (v == MN_NONE) return true;
-    const node *n = &t->g->nodes[v];
+    const node *n = &t->g->nodes[graph_id(v)];
     if (n->rank != 1 || n->shape[0] != d) {
         char sa[96], sb[96];
         txn_fail(t, MN_E_SHAPE, "%s %s must be [%lld] for x %s", what, shape_str(sa, sizeof sa, n->rank, n->shape),
@@ -238,7 +235,7 @@ mn_status mn_rms_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, flo
     mn_tensor y = MN_NONE, sq, ms;
     if (!txn_begin(&t, g, out, "rms_norm")) return t.st;
     if (txn_tensor(&t, x, "x", false) && txn_eps(&t, eps)) {
-        const node *xn = &g->nodes[x];
+        const node *xn = &g->nodes[graph_id(x)];
         if (xn->rank < 1) txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
         else if (txn_vector(&t, w, "weight", xn->shape[xn->rank - 1], xn) && txn_ok(&t, mn_mul(g, &sq, x, x)) &&
                  txn_ok(&t, mn_mean(g, &ms, sq, -1, true))) {
@@ -254,7 +251,7 @@ mn_status mn_layer_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, m
     mn_tensor y = MN_NONE;
     if (!txn_begin(&t, g, out, "layer_norm")) return t.st;
     if (txn_tensor(&t, x, "x", false) && txn_eps(&t, eps)) {
-        const node *xn = &g->nodes[x];
+        const node *xn = &g->nodes[graph_id(x)];
         if (xn->rank < 1) {
             txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
         } else {
@@ -277,7 +274,7 @@ mn_status mn_group_norm(mn_graph *g, mn_tensor *out, mn_tensor x, int groups, mn
     mn_tensor y = MN_NONE;
     if (!txn_begin(&t, g, out, "group_norm")) return t.st;
     if (txn_tensor(&t, x, "x", false) && txn_eps(&t, eps)) {
-        const node xn = g->nodes[x]; /* a copy: the node array grows below */
+        const node xn = g->nodes[graph_id(x)]; /* a copy: the node array grows below */
         char sb[96];
         if (xn.rank < 2 || xn.rank > 4) {
             txn_fail(&t, MN_E_SHAPE, "x must be [N,C,...] of rank 2..4, got %s",
@@ -324,7 +321,7 @@ mn_status mn_geglu(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { retu
 /* Both f32 tensors of one shape. */
 static bool txn_same(pw_txn *t, mn_tensor a, mn_tensor b, const char *na, const char *nb) {
     if (!txn_tensor(t, a, na, false) || !txn_tensor(t, b, nb, false)) return false;
-    const node *x = &t->g->nodes[a], *z = &t->g->nodes[b];
+    const node *x = &t->g->nodes[graph_id(a)], *z = &t->g->nodes[graph_id(b)];
     bool same = x->rank == z->rank;
     for (int i = 0; same && i < x->rank; i++) same = x->shape[i] == z->shape[i];
     if (!same) {

@@ -613,6 +613,8 @@ static mn_status infer_ema(mn_graph *g, node *n) {
     char sa[96], sb[96];
     mn_status st;
     if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1))) return st;
+    if (n->nin > 2 && (IN(2)->op != OP_STEP_GATE))
+        return graph_fail(g, MN_E_INVALID, "ema_update: input 2 must be a step_gate");
     if (r->op != OP_PARAM)
         return graph_fail(g, MN_E_INVALID, "ema_update: the running statistic (%%%d) must be a parameter", n->in[0]);
     if (node_numel(r) != node_numel(v))
@@ -751,6 +753,13 @@ mn_status graph_infer(mn_graph *g, node *n) {
     case OP_CLIP_COEF: case OP_SUMSQ:
         set_shape(n, 0, NULL);
         return MN_OK;
+    case OP_STEP_GATE: { /* (loss[, sumsq]) -> [2] */
+        const int64_t two = 2;
+        for (int i = 0; i < n->nin; i++)
+            if ((st = need_f32(g, n, i))) return st;
+        set_shape(n, 1, &two);
+        return MN_OK;
+    }
     case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_DROPOUT: case OP_PW_BWD: case OP_CE_COUNT:
         return infer_pointwise(g, n);
     /* layout family */

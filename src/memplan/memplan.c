@@ -1,4 +1,6 @@
-/* memplan.c - liveness analysis and first-fit placement (see memplan.h). */
+/* memplan.c - liveness analysis and first-fit placement (see memplan.h).
+ * Placement costs O(log n) per tensor (a treap of free intervals), so
+ * building a plan is O(n log n) in the nodes of the schedule. */
 #include "memplan/memplan.h"
 
 bool memplan_is_alias(op_id op) {
@@ -27,53 +29,163 @@ static bool op_inplace(op_id op) {
 
 static uint64_t align_up(uint64_t v) { return (v + MP_ALIGN - 1) & ~(uint64_t)(MP_ALIGN - 1); }
 
-typedef struct block {
-    uint64_t off, size;
-    int32_t owner; /* root node id */
-} block;
+/* ---- first fit over free intervals ----------------------------------------
+ * The free space of the work arena is a set of maximal free intervals; the
+ * last one runs to infinity (len MP_FS_INF), so a request always fits. A
+ * treap keyed by offset, each node also holding the longest interval of its
+ * subtree, finds the lowest interval that fits in O(log n); releases merge
+ * with both neighbours. Same placements as a linear first-fit scan. */
 
-/* Live blocks of the work arena, sorted by offset. */
-typedef struct arena {
-    block *b;
-    int32_t n, cap;
-    uint64_t high;
-} arena;
+#define MP_FS_INF UINT64_MAX
 
-static mn_status arena_place(arena *a, uint64_t size, int32_t owner, uint64_t *off) {
-    uint64_t at = 0;
-    int32_t pos = 0;
-    for (; pos < a->n; pos++) {
-        if (a->b[pos].off >= at + size) break;
-        uint64_t end = a->b[pos].off + a->b[pos].size;
-        if (end > at) at = end;
-    }
-    if (a->n == a->cap) {
-        int32_t cap = a->cap ? a->cap * 2 : 64;
-        block *nb = realloc(a->b, (size_t)cap * sizeof *nb);
-        if (!nb) return MN_E_NOMEM;
-        a->b = nb;
-        a->cap = cap;
-    }
-    memmove(&a->b[pos + 1], &a->b[pos], (size_t)(a->n - pos) * sizeof *a->b);
-    a->b[pos] = (block){at, size, owner};
-    a->n++;
-    if (at + size > a->high) a->high = at + size;
-    *off = at;
-    return MN_OK;
+static uint64_t fs_best(const mp_freeset *fs, int32_t t) { return t < 0 ? 0 : fs->a[t].best; }
+
+static void fs_update(mp_freeset *fs, int32_t t) {
+    mp_fnode *x = &fs->a[t];
+    uint64_t b = x->len, l = fs_best(fs, x->l), r = fs_best(fs, x->r);
+    x->best = b > l ? (b > r ? b : r) : (l > r ? l : r);
 }
 
-static void arena_release(arena *a, int32_t owner) {
-    for (int32_t i = 0; i < a->n; i++)
-        if (a->b[i].owner == owner) {
-            memmove(&a->b[i], &a->b[i + 1], (size_t)(a->n - i - 1) * sizeof *a->b);
-            a->n--;
-            return;
+static int32_t fs_node(mp_freeset *fs, uint64_t off, uint64_t len) {
+    int32_t t;
+    if (fs->spare >= 0) {
+        t = fs->spare;
+        fs->spare = fs->a[t].l;
+    } else {
+        if (fs->n == fs->cap) {
+            int32_t cap = fs->cap ? fs->cap * 2 : 64;
+            mp_fnode *na = realloc(fs->a, (size_t)cap * sizeof *na);
+            if (!na) return -1;
+            fs->a = na;
+            fs->cap = cap;
         }
+        t = fs->n++;
+    }
+    fs->seed ^= fs->seed << 13, fs->seed ^= fs->seed >> 17, fs->seed ^= fs->seed << 5;
+    fs->a[t] = (mp_fnode){off, len, len, fs->seed, -1, -1};
+    return t;
 }
 
-static void arena_rename(arena *a, int32_t from, int32_t to) {
-    for (int32_t i = 0; i < a->n; i++)
-        if (a->b[i].owner == from) a->b[i].owner = to;
+static void fs_drop(mp_freeset *fs, int32_t t) {
+    fs->a[t].l = fs->spare;
+    fs->spare = t;
+}
+
+/* Trees with every offset of a below every offset of b. */
+static int32_t fs_merge(mp_freeset *fs, int32_t a, int32_t b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    if (fs->a[a].prio > fs->a[b].prio) {
+        fs->a[a].r = fs_merge(fs, fs->a[a].r, b);
+        fs_update(fs, a);
+        return a;
+    }
+    fs->a[b].l = fs_merge(fs, a, fs->a[b].l);
+    fs_update(fs, b);
+    return b;
+}
+
+/* *lo: offsets below key; *hi: the others. */
+static void fs_split(mp_freeset *fs, int32_t t, uint64_t key, int32_t *lo, int32_t *hi) {
+    if (t < 0) {
+        *lo = *hi = -1;
+    } else if (fs->a[t].off < key) {
+        fs_split(fs, fs->a[t].r, key, &fs->a[t].r, hi);
+        fs_update(fs, t);
+        *lo = t;
+    } else {
+        fs_split(fs, fs->a[t].l, key, lo, &fs->a[t].l);
+        fs_update(fs, t);
+        *hi = t;
+    }
+}
+
+/* Removes the lowest (first) or highest interval of t into *out. */
+static int32_t fs_pop_end(mp_freeset *fs, int32_t t, bool first, mp_fnode *out) {
+    int32_t next = first ? fs->a[t].l : fs->a[t].r;
+    if (next < 0) {
+        int32_t rest = first ? fs->a[t].r : fs->a[t].l;
+        *out = fs->a[t];
+        fs_drop(fs, t);
+        return rest;
+    }
+    next = fs_pop_end(fs, next, first, out);
+    if (first) fs->a[t].l = next;
+    else fs->a[t].r = next;
+    fs_update(fs, t);
+    return t;
+}
+
+static const mp_fnode *fs_end(const mp_freeset *fs, int32_t t, bool first) {
+    for (int32_t c; (c = first ? fs->a[t].l : fs->a[t].r) >= 0;) t = c;
+    return &fs->a[t];
+}
+
+/* Takes size bytes from the lowest interval of t that holds them. */
+static int32_t fs_take(mp_freeset *fs, int32_t t, uint64_t size, uint64_t *off) {
+    mp_fnode *x = &fs->a[t];
+    if (x->l >= 0 && fs->a[x->l].best >= size) {
+        int32_t l = fs_take(fs, x->l, size, off);
+        fs->a[t].l = l;
+    } else if (x->len >= size) {
+        *off = x->off;
+        if (x->len == size) {
+            int32_t m = fs_merge(fs, x->l, x->r);
+            fs_drop(fs, t);
+            return m;
+        }
+        x->off += size;
+        if (x->len != MP_FS_INF) x->len -= size;
+    } else {
+        int32_t r = fs_take(fs, x->r, size, off);
+        fs->a[t].r = r;
+    }
+    fs_update(fs, t);
+    return t;
+}
+
+mn_status mp_fs_init(mp_freeset *fs) {
+    memset(fs, 0, sizeof *fs);
+    fs->spare = -1;
+    fs->seed = 0x9e3779b9u;
+    fs->root = fs_node(fs, 0, MP_FS_INF);
+    return fs->root < 0 ? MN_E_NOMEM : MN_OK;
+}
+
+void mp_fs_destroy(mp_freeset *fs) {
+    free(fs->a);
+    memset(fs, 0, sizeof *fs);
+}
+
+void mp_fs_alloc(mp_freeset *fs, uint64_t size, uint64_t *off) {
+    *off = 0;
+    fs->root = fs_take(fs, fs->root, size, off); /* the last interval always fits */
+    if (*off + size > fs->high) fs->high = *off + size;
+}
+
+mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size) {
+    int32_t lo, hi;
+    uint64_t end = off + size;
+    /* one node is needed whatever merges: get it before changing the tree */
+    int32_t t = fs_node(fs, off, size);
+    if (t < 0) return MN_E_NOMEM;
+    fs_split(fs, fs->root, off, &lo, &hi);
+    mp_fnode nb;
+    if (lo >= 0) {
+        const mp_fnode *p = fs_end(fs, lo, false);
+        if (p->off + p->len == off) {
+            lo = fs_pop_end(fs, lo, false, &nb);
+            fs->a[t].off = nb.off;
+            fs->a[t].len += nb.len;
+        }
+    }
+    if (hi >= 0 && fs_end(fs, hi, true)->off == end) {
+        hi = fs_pop_end(fs, hi, true, &nb);
+        fs->a[t].len = nb.len == MP_FS_INF ? MP_FS_INF : fs->a[t].len + nb.len;
+    }
+    fs_update(fs, t);
+    fs->root = fs_merge(fs, fs_merge(fs, lo, t), hi);
+    return MN_OK;
 }
 
 static int8_t pinned_arena(const node *root, bool io) {
@@ -95,9 +207,10 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     mp->slots = calloc((size_t)n, sizeof *mp->slots);
     int32_t *root = malloc((size_t)n * sizeof *root);
     int32_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
-    uint8_t *io = calloc((size_t)n, 1);
-    arena work = {0};
-    if (!mp->slots || !root || !first || !last || !io) {
+    uint8_t *io = calloc((size_t)n, 1), *held = calloc((size_t)n, 1);
+    mp_freeset work;
+    mn_status fst = mp_fs_init(&work);
+    if (!mp->slots || !root || !first || !last || !io || !held || fst) {
         st = MN_E_NOMEM;
         mn_fmt(err, cap, "memplan: out of memory for %d nodes", n);
         goto done;
@@ -109,7 +222,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     }
     /* a root is pinned to the io arena if any alias of it is an output or the loss */
     for (int32_t i = 0; i < n; i++)
-        if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS))) io[root[i]] = 1;
+        if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ))) io[root[i]] = 1;
     /* liveness of roots over schedule positions */
     for (int32_t t = 0; t < norder; t++) {
         const node *nd = &g->nodes[order[t]];
@@ -132,7 +245,9 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         mp->slots[i] = (mp_slot){a, mp->arena_bytes[a], bytes};
         if (!mn_add_u64(&mp->arena_bytes[a], mp->arena_bytes[a], align_up(bytes))) goto overflow;
     }
-    /* work roots: first fit in schedule order, in place where allowed */
+    /* work roots: first fit in schedule order, in place where allowed. held[r]:
+     * root r owns a block of the work arena not yet released (an in-place
+     * output takes its input's block over) */
     for (int32_t t = 0; t < norder; t++) {
         int32_t id = order[t];
         const node *nd = &g->nodes[id];
@@ -141,33 +256,41 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         if (place && opt->reuse && op_inplace(nd->op) && nd->nin > 0) {
             int32_t src = root[nd->in[0]];
             const node *sn = &g->nodes[src];
-            bool ok = mp->slots[src].arena == MP_ARENA_WORK && last[src] == t &&
+            bool ok = mp->slots[src].arena == MP_ARENA_WORK && held[src] && last[src] == t &&
                       node_bytes(sn, opt->real_size) == bytes && sn->dtype == nd->dtype;
             for (int k = 1; ok && k < nd->nin; k++)
                 if (root[nd->in[k]] == src && nd->in[k] != nd->in[0]) ok = false;
             if (ok) {
                 off = mp->slots[src].offset;
-                arena_rename(&work, src, id);
+                held[src] = 0;
                 reused = true;
             }
         }
         if (place && !reused) {
             if (opt->reuse) {
-                if ((st = arena_place(&work, align_up(bytes), id, &off))) goto nomem;
+                mp_fs_alloc(&work, align_up(bytes), &off);
             } else {
                 off = work.high;
                 if (!mn_add_u64(&work.high, work.high, align_up(bytes))) goto overflow;
             }
         }
-        if (place) mp->slots[id] = (mp_slot){MP_ARENA_WORK, off, bytes};
+        if (place) {
+            mp->slots[id] = (mp_slot){MP_ARENA_WORK, off, bytes};
+            held[id] = opt->reuse;
+        }
         /* release every work root whose last use is this position */
         if (opt->reuse) {
             for (int k = 0; k < nd->nin; k++) {
                 int32_t r = root[nd->in[k]];
-                if (mp->slots[r].arena == MP_ARENA_WORK && last[r] == t && !(reused && r == root[nd->in[0]]))
-                    arena_release(&work, r);
+                if (held[r] && last[r] == t) {
+                    held[r] = 0;
+                    if ((st = mp_fs_release(&work, mp->slots[r].offset, align_up(mp->slots[r].bytes)))) goto nomem;
+                }
             }
-            if (place && last[id] <= t) arena_release(&work, id);
+            if (place && held[id] && last[id] <= t) {
+                held[id] = 0;
+                if ((st = mp_fs_release(&work, off, align_up(bytes)))) goto nomem;
+            }
         }
     }
     mp->arena_bytes[MP_ARENA_WORK] = work.high;
@@ -185,7 +308,8 @@ overflow:
 nomem:
     mn_fmt(err, cap, "memplan: out of memory");
 done:
-    free(work.b);
+    mp_fs_destroy(&work);
+    free(held);
     free(root);
     free(first);
     free(last);

@@ -2,8 +2,9 @@
  *
  * Parameters, optimizer state, inputs/outputs/constants are pinned: each gets
  * its own range for the session's life. Everything else is placed in the
- * work arena by first-fit over the schedule, reusing space of tensors whose
- * last use has passed, and in place (the output takes its first input's
+ * work arena by first-fit over the schedule (the lowest free range that
+ * holds it, found in O(log n)), reusing space of tensors whose last use has
+ * passed, and in place (the output takes its first input's
  * range) where the op allows it and the input dies at that node. Views
  * (RESHAPE) and in-place updates (optimizer ops) share their input's range.
  *
@@ -43,6 +44,28 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
 void memplan_free(memplan *mp);
 uint64_t memplan_peak(const memplan *mp);
 void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f);
+
+/* The free space of an arena for first-fit placement (internal; exposed for
+ * tests): maximal free intervals in a treap by offset, each node holding the
+ * longest interval of its subtree. Starts as one interval [0, inf). */
+typedef struct mp_fnode {
+    uint64_t off, len, best; /* len UINT64_MAX: runs to infinity */
+    uint32_t prio;
+    int32_t l, r;
+} mp_fnode;
+typedef struct mp_freeset {
+    mp_fnode *a;
+    int32_t n, cap, root, spare; /* spare: free list of nodes through .l */
+    uint32_t seed;
+    uint64_t high; /* highest end ever allocated: the arena size */
+} mp_freeset;
+mn_status mp_fs_init(mp_freeset *fs);
+void mp_fs_destroy(mp_freeset *fs);
+/* The lowest offset with size free bytes, now taken. O(log n) expected. */
+void mp_fs_alloc(mp_freeset *fs, uint64_t size, uint64_t *off);
+/* Gives [off, off + size) back (it must have been taken), merging with the
+ * free neighbours. MN_E_NOMEM only if a node cannot be allocated. */
+mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size);
 
 /* Storage root of a node: follows views/in-place aliases to the owner. */
 int32_t memplan_root(const mn_graph *g, int32_t id);

@@ -70,6 +70,8 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
                            const char *kind) {
     char name[512];
     mn_fmt(name, sizeof name, "optim.%s.%s.%s", kind, slot, param->name);
+    mn_status st = graph_check_name(g, "optimizer state", name, true);
+    if (st) return st;
     node p;
     memset(&p, 0, sizeof p);
     p.op = OP_STATE;
@@ -79,20 +81,59 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
     p.lr_mult = 1.0f;
     p.flags = NODE_F_OPTIM;
     if (!(p.name = mn_strdup(name))) return graph_fail(g, MN_E_NOMEM, "out of memory");
-    mn_status st = graph_add(g, out, &p);
+    st = graph_add(g, out, &p);
     if (st) free(p.name);
     return st;
 }
 
-mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o) {
+static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
+                       int32_t *gate);
+
+mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
+                      int32_t *gate) {
+    /* node indices through the public constructors (graph.h, raw ids) */
+    const bool raw = g->raw_ids;
+    g->raw_ids = true;
+    *gate = MN_NONE;
+    mn_status st = build(g, grads, ngrads, o, nf, gate);
+    g->raw_ids = raw;
+    return st;
+}
+
+/* The non-finite check skips the running statistics too: every EMA_UPDATE
+ * (batch norm, created with the forward pass) is recreated after the gate
+ * with the gate as input 2, and the original becomes a view of its running
+ * statistic (a RESHAPE to the same shape: no kernel, and no longer a root). */
+static mn_status gate_ema_updates(mn_graph *g, int32_t before, int32_t gate) {
+    for (int32_t i = 0; i < before; i++) {
+        if (g->nodes[i].op != OP_EMA_UPDATE) continue;
+        node p = g->nodes[i];
+        p.in[2] = gate;
+        p.nin = 3;
+        p.flags = 0;
+        mn_status st = graph_add(g, NULL, &p);
+        if (st) return st;
+        node *n = &g->nodes[i];
+        n->op = OP_RESHAPE;
+        n->nin = 1;
+        memset(n->ip, 0, sizeof n->ip);
+        memset(n->fp, 0, sizeof n->fp);
+    }
+    return MN_OK;
+}
+
+static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
+                       int32_t *gate) {
     mn_status st;
     int32_t hyper, clip = MN_NONE, first = g->n;
     int64_t four = 4;
-    if ((st = mn_graph_input(g, &hyper, OPTIM_HYPER_NAME, MN_F32, 1, &four))) return st;
+    const bool check = nf != MN_NONFINITE_UNCHECKED;
+    if ((st = graph_source(g, &hyper, OP_INPUT, OPTIM_HYPER_NAME, MN_F32, 1, &four, true))) return st;
     g->nodes[hyper].flags |= NODE_F_HOST;
 
-    if (o->clip_norm > 0.0f) {
-        int32_t total = MN_NONE;
+    /* the sum of squares of every gradient: for clipping and for the check */
+    int32_t total = MN_NONE;
+    if (o->clip_norm > 0.0f || check) {
         for (int32_t i = 0; i < ngrads; i++) {
             if (g->nodes[i].op != OP_PARAM || grads[i] == MN_NONE) continue;
             node p;
@@ -105,6 +146,21 @@ mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const m
             if (total == MN_NONE) total = sq;
             else if ((st = mn_add(g, &total, total, sq))) return st;
         }
+    }
+    if (check) {
+        /* one gate: {clip coefficient or 1, non-finite flags}, read by the
+         * session after the step and, with SKIP, holding every update back */
+        node p;
+        memset(&p, 0, sizeof p);
+        p.op = OP_STEP_GATE;
+        p.in[p.nin++] = g->loss;
+        if (total != MN_NONE) p.in[p.nin++] = total;
+        p.fp[0] = o->clip_norm;
+        if ((st = graph_add(g, gate, &p))) return st;
+        g->nodes[*gate].flags |= NODE_F_READ;
+        clip = *gate;
+        if (nf == MN_NONFINITE_SKIP && (st = gate_ema_updates(g, first, *gate))) return st;
+    } else if (o->clip_norm > 0.0f) {
         if (total != MN_NONE) {
             node p;
             memset(&p, 0, sizeof p);
@@ -146,6 +202,7 @@ mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const m
             p.ip[0] = o->kind == MN_OPTIM_ADAMW;
         }
         if (clip != MN_NONE) p.in[p.nin++] = clip;
+        p.ip[1] = check && nf == MN_NONFINITE_SKIP; /* the gate may skip the update */
         if ((st = graph_add(g, NULL, &p))) return st;
     }
     for (int32_t i = first; i < g->n; i++) g->nodes[i].flags |= NODE_F_OPTIM;

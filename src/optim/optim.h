@@ -4,7 +4,9 @@
  * (OP_STATE, zero-initialised, named "optim.<kind>.<slot>.<param>"), and one
  * update op (SGD_UPDATE / ADAM_UPDATE) that writes the parameter and its state
  * in place. Gradient clipping by global norm adds SUMSQ per gradient, their
- * sum and a CLIP_COEF node that every update multiplies its gradient by.
+ * sum and a CLIP_COEF node that every update multiplies its gradient by; the
+ * non-finite check (mn_session_options.nonfinite) adds the same sum and a
+ * STEP_GATE node instead, which also carries the clip coefficient.
  * Learning-rate schedules run on the host: optim_lr() gives the rate for a
  * step, which the session writes into the "__hyper" input before each step.
  *
@@ -17,8 +19,13 @@
 
 #define OPTIM_HYPER_NAME "__hyper"
 
-/* grads: per node id (as returned by autodiff_build for the nodes before it). */
-mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o);
+/* grads: per node id (as returned by autodiff_build for the nodes before it).
+ * nf other than UNCHECKED: a STEP_GATE of the loss and the gradients' sum of
+ * squares (flagged NODE_F_READ, its id in *gate, else MN_NONE) feeds every
+ * update as its clip input; with SKIP the updates (ip[1]) and the batch-norm
+ * EMA updates (moved after the gate) write nothing on a non-finite step. */
+mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
+                      int32_t *gate);
 /* Checks the settings; message into err. */
 mn_status optim_validate(const mn_optimizer *o, char *err, size_t cap);
 /* Learning rate of step t (0-based: the step about to be taken). */

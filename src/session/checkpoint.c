@@ -123,6 +123,14 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     mn_graph *g = s->g;
     bool training = s->opt.mode == MN_MODE_TRAINING;
     char sa[IO_ESC_NAME > 96 ? IO_ESC_NAME : 96], sb[96];
+    /* the file's tensor of each node, -1 if none (one hash lookup per file
+     * tensor: loading stays linear in the number of tensors) */
+    int *tensor_of = malloc((size_t)g->n * sizeof *tensor_of + 1);
+    if (!tensor_of) {
+        st_free(&f);
+        return load_fail(s, MN_E_NOMEM, path, "out of memory");
+    }
+    for (int32_t i = 0; i < g->n; i++) tensor_of[i] = -1;
     /* 1. every tensor in the file belongs to the session (optimizer state
      *    is skipped by inference sessions) */
     int nstate_file = 0;
@@ -131,6 +139,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
         /* a name of this model decides by its node (a parameter may itself be
          * called "optim.something"); otherwise the prefix says optimizer state */
         int32_t id = graph_find(g, t->name);
+        if (id != MN_NONE) tensor_of[id] = i;
         bool is_state = id != MN_NONE ? g->nodes[id].op == OP_STATE : strncmp(t->name, "optim.", 6) == 0;
         nstate_file += is_state;
         if (is_state && !training) continue;
@@ -147,7 +156,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
         if (!saved_node(s, n) || (n->op == OP_STATE && !with_state)) continue;
-        const st_tensor *t = st_find(&f, n->name);
+        const st_tensor *t = tensor_of[i] >= 0 ? &f.tensors[tensor_of[i]] : NULL;
         if (!t) {
             st = load_fail(s, MN_E_NOT_FOUND, path, "%s '%s' is missing from the checkpoint",
                            n->op == OP_PARAM ? "parameter" : "optimizer state", io_esc(sa, sizeof sa, n->name));
@@ -220,7 +229,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
             if (st) goto done;
             continue;
         }
-        const st_tensor *t = st_find(&f, n->name);
+        const st_tensor *t = &f.tensors[tensor_of[i]]; /* present: checked in 2. */
         size_t cnt = (size_t)node_numel(n);
         float *buf = malloc(cnt * 4 + 1);
         if (!buf) {
@@ -235,6 +244,7 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     if (training) s->step = with_state ? (int64_t)step : 0;
     s->have_loss = false;
 done:
+    free(tensor_of);
     st_free(&f);
     return st;
 }

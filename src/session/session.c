@@ -86,15 +86,16 @@ static void init_values(const node *n, uint64_t seed, float *v) {
 /* ---- host <-> node transfers, converting f32 <-> storage ------------------ */
 
 mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes) {
-    return s->be->write(s->bk, id, src, bytes, s->err, sizeof s->err);
+    return s->be->write(s->bk, graph_id(id), src, bytes, s->err, sizeof s->err);
 }
 
 mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes) {
-    return s->be->read(s->bk, id, dst, bytes, s->err, sizeof s->err);
+    return s->be->read(s->bk, graph_id(id), dst, bytes, s->err, sizeof s->err);
 }
 
 /* f32 host values of a float node, or raw int32 for i32 nodes. */
 mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
+    id = graph_id(id);
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_write_node(s, id, src, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -106,6 +107,7 @@ mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t c
 }
 
 mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
+    id = graph_id(id);
     const node *n = &s->g->nodes[id];
     if (!s->iopt.f64 || n->dtype != MN_F32) return session_read_node(s, id, dst, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
@@ -154,6 +156,44 @@ static mn_status init_params(mn_session *s) {
     return st;
 }
 
+/* An upper bound, tight to a few bytes per tensor, of the JSON header of
+ * this session's checkpoints (checkpoint.c: parameters, and optimizer state
+ * in training sessions, plus the fixed and the user's metadata), as
+ * io/safetensors.c writes it with cJSON:
+ *   "name":{"dtype":"F32","shape":[d,...],"data_offsets":[a,b]},
+ * A name's '"' and '\\' are escaped (control characters are refused by the
+ * graph); an offset has at most the digits of the data section's size.
+ * Metadata may hold control characters (6 bytes each as \u00XX). */
+static uint64_t meta_cost(const char *k, const char *v) { return 6 * ((uint64_t)strlen(k) + strlen(v)) + 8; }
+
+static uint64_t digits(uint64_t v) {
+    uint64_t d = 1;
+    while (v >= 10) v /= 10, d++;
+    return d;
+}
+
+static bool saved_in_checkpoint(const mn_session *s, const node *n) {
+    return n->name && (n->op == OP_PARAM ||
+                       (n->op == OP_STATE && (n->flags & NODE_F_OPTIM) && s->opt.mode == MN_MODE_TRAINING));
+}
+
+uint64_t session_header_bound(const mn_session *s) {
+    uint64_t total = 512, data = 0; /* braces, format and meganeura.* metadata */
+    for (int i = 0; i < s->nmeta; i++) total += meta_cost(s->meta[2 * i], s->meta[2 * i + 1]);
+    for (int32_t i = 0; i < s->g->n; i++)
+        if (saved_in_checkpoint(s, &s->g->nodes[i])) data += (uint64_t)node_numel(&s->g->nodes[i]) * 4;
+    const uint64_t off_digits = 2 * digits(data);
+    for (int32_t i = 0; i < s->g->n; i++) {
+        const node *n = &s->g->nodes[i];
+        if (!saved_in_checkpoint(s, n)) continue;
+        uint64_t len = 56 + off_digits; /* quotes, keys, brackets, commas */
+        for (const char *c = n->name; *c; c++) len += (*c == '"' || *c == '\\') ? 2 : 1;
+        for (int d = 0; d < n->rank; d++) len += digits((uint64_t)n->shape[d]) + 1;
+        total += len;
+    }
+    return total;
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
     const mn_session_options *o = &s->opt;
@@ -175,6 +215,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         s->device->refs++;
     }
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
+    if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
+        return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
@@ -184,10 +226,18 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (g->loss == MN_NONE)
             return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");
         if ((st = autodiff_build(g, g->loss, &s->grads))) return fail(s, st, "%s", g->err);
-        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim)))
+        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
     }
+    /* names and counts that no checkpoint header could hold fail now, not
+     * at the first save after hours of training */
+    const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
+    const uint64_t hbound = session_header_bound(s);
+    if (hbound > hlimit)
+        return fail(s, MN_E_INVALID, "session: a checkpoint of this model needs a safetensors header of up to %llu "
+                    "bytes, above the %llu-byte limit (fewer parameters or shorter names)",
+                    (unsigned long long)hbound, (unsigned long long)hlimit);
     /* roots: outputs, loss, every source the user declared, optimizer updates,
      * and (grads_only) parameter gradients */
     /* at most: every node as an output/loss, every node again as a source or
@@ -209,9 +259,10 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     passes_mark_live(g, roots, nf, fwd);
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        /* in-place updates: optimizer steps and running statistics (EMA_UPDATE) */
+        /* in-place updates: optimizer steps and running statistics
+         * (EMA_UPDATE); the step gate, read after each step */
         bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE || n->op == OP_EMA_UPDATE;
-        if (op_is_source(n->op) || upd) roots[nr++] = i;
+        if (op_is_source(n->op) || upd || (n->flags & NODE_F_READ)) roots[nr++] = i;
     }
     if (s->iopt.grads_only && s->grads)
         for (int32_t i = 0; i < s->nuser; i++)
@@ -246,6 +297,7 @@ mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_sessio
     *out = s;
     if (!s) return MN_E_NOMEM;
     s->hyper = MN_NONE;
+    s->gate = MN_NONE;
     if (!g || !opt) {
         s->dead = true;
         return fail(s, MN_E_INVALID, "session: graph and options must not be NULL");
@@ -332,8 +384,25 @@ mn_status mn_session_step(mn_session *s) {
         s->have_loss = false;
         return st;
     }
-    s->step++;
     s->have_loss = true;
+    if (s->gate != MN_NONE) { /* the non-finite check: one read of 2 values */
+        float gate[2];
+        if ((st = session_read_f32(s, s->gate, gate, 2))) return st;
+        if (gate[1] != 0.0f) {
+            const int bad = (int)gate[1];
+            float loss = NAN;
+            const bool skip = s->opt.nonfinite == MN_NONFINITE_SKIP;
+            session_read_f32(s, s->g->loss, &loss, 1);
+            fail(s, MN_E_NONFINITE, "step %lld: %s%s%s (loss %g); %s", (long long)s->step,
+                 bad & 1 ? "the loss is not finite" : "", bad == 3 ? " and " : "",
+                 bad & 2 ? "the gradients are not finite (their sum of squares is NaN or inf)" : "", (double)loss,
+                 skip ? "the update was skipped: parameters, optimizer state and step count are unchanged"
+                      : "the update was applied (nonfinite = apply)");
+            if (!skip) s->step++;
+            return MN_E_NONFINITE;
+        }
+    }
+    s->step++;
     return MN_OK;
 }
 
@@ -418,6 +487,7 @@ float mn_session_lr(const mn_session *s) {
 }
 
 int32_t session_grad_of(const mn_session *s, int32_t id) {
+    id = graph_id(id);
     if (!s->grads || id < 0 || id >= s->nuser) return MN_NONE;
     return s->grads[id];
 }
@@ -450,6 +520,13 @@ mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value)
     if (!st_utf8_valid(key, strlen(key)) || !st_utf8_valid(value, strlen(value)))
         return fail(s, MN_E_INVALID, "set_meta: the %s is not valid UTF-8",
                     st_utf8_valid(key, strlen(key)) ? "value" : "key");
+    uint64_t bound = session_header_bound(s) + meta_cost(key, value);
+    for (int i = 0; i < s->nmeta; i++)
+        if (strcmp(s->meta[2 * i], key) == 0) bound -= meta_cost(key, s->meta[2 * i + 1]);
+    const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
+    if (bound > hlimit)
+        return fail(s, MN_E_INVALID, "set_meta '%s': checkpoints would need a header of up to %llu bytes, above the "
+                    "%llu-byte safetensors limit", key, (unsigned long long)bound, (unsigned long long)hlimit);
     for (int i = 0; i < s->nmeta; i++)
         if (strcmp(s->meta[2 * i], key) == 0) {
             char *v = mn_strdup(value);

@@ -17,6 +17,8 @@ typedef struct session_internal_options {
     bool no_reuse;   /* memory plan without reuse or in-place (reference runs) */
     bool grads_only; /* training: autodiff but no optimizer; parameter gradients
                         stay readable through session_grad_of() */
+    uint64_t header_limit; /* checkpoint header limit in bytes; 0: the safetensors
+                              limit (ST_MAX_HEADER_BYTES); tests lower it */
 } session_internal_options;
 
 struct mn_device {
@@ -39,6 +41,7 @@ struct mn_session {
     int32_t nuser;     /* nodes of the user's graph (ids below this are the user's) */
     int32_t *grads;    /* per user node: its gradient node (training) or NULL */
     int32_t hyper;     /* "__hyper" input or MN_NONE */
+    int32_t gate;      /* STEP_GATE read after each step (non-finite check) or MN_NONE */
     schedule sched;
     memplan plan;
     program prog; /* what the backend was built from; outlives it */
@@ -53,7 +56,9 @@ struct mn_session {
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
                             const session_internal_options *iopt);
-/* Raw access to a node's storage (f32 or f64 per the session mode). */
+/* Node ids below are node indices of s->g; a handle of the user's graph
+ * (mn_tensor, tests) is accepted too: its tag bits are dropped (graph.h).
+ * Raw access to a node's storage (f32 or f64 per the session mode). */
 mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes);
 mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes);
 /* Float nodes as f32 host values (converted in f64 mode); i32 nodes raw. */
@@ -61,6 +66,8 @@ mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t c
 mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count);
 /* Gradient node of a user node (grads_only or training sessions), MN_NONE if none. */
 int32_t session_grad_of(const mn_session *s, int32_t id);
+/* Upper bound of the JSON header of this session's checkpoints (bytes). */
+uint64_t session_header_bound(const mn_session *s);
 /* Executes the whole order without touching step/hyper (grads_only sessions). */
 mn_status session_forward_backward(mn_session *s);
 

@@ -625,11 +625,22 @@ static real KN(clip_of)(const node *n, void *const in[NODE_MAX_IN], int idx) {
     return n->nin > idx ? *(const real *)in[idx] : (real)1;
 }
 
+/* ip[1]: the last input is a STEP_GATE whose element 1 says "skip": then the
+ * parameter keeps its value (copied only if out is not in[0]) and the state
+ * is not touched. A branch, not a multiplication by 0 (0 * NaN is NaN). */
+static bool KN(skipped)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN], int idx) {
+    if (!n->ip[1] || n->nin <= idx || ((const real *)in[idx])[1] == 0) return false;
+    if (out != in[0]) memcpy(out, in[0], (size_t)kn_numel(n) * sizeof(real));
+    (void)g;
+    return true;
+}
+
 /* torch.optim.SGD with dampening 0 (buf starts at zero: buf1 = g as in torch).
  * in: param, grad, momentum_buf, hyper[, clip]. */
 KN_DEF(sgd_update) {
     const real *p0 = in[0], *gr = in[1], *hyper = in[3];
     real *p = out, *buf = in[2];
+    if (KN(skipped)(g, n, out, in, 4)) return;
     const real clip = KN(clip_of)(n, in, 4);
     const real lr = (real)((double)hyper[0] * n->fp[0]);
     const real mom = (real)n->fp[1], wd = (real)n->fp[4];
@@ -654,6 +665,7 @@ KN_DEF(sgd_update) {
 KN_DEF(adam_update) {
     const real *p0 = in[0], *gr = in[1], *hyper = in[4];
     real *p = out, *m = in[2], *v = in[3];
+    if (KN(skipped)(g, n, out, in, 5)) return;
     const real clip = KN(clip_of)(n, in, 5);
     const real lr = (real)((double)hyper[0] * n->fp[0]), bc1 = hyper[1], bc2 = hyper[2];
     const real b1 = (real)n->fp[1], b2 = (real)n->fp[2], eps = (real)n->fp[3], wd = (real)n->fp[4];
@@ -678,6 +690,21 @@ KN_DEF(clip_coef) {
     const double c = n->fp[0] / (sqrt((double)*(const real *)in[0]) + 1e-6);
     (void)g;
     *(real *)out = (real)(c < 1 ? c : 1);
+}
+
+/* (loss[, sumsq]) -> {coef, bad}, see ops.def. */
+KN_DEF(step_gate) {
+    const double loss = (double)*(const real *)in[0];
+    const double ss = n->nin > 1 ? (double)*(const real *)in[1] : 0.0;
+    real *y = out;
+    double c = 1.0;
+    if (n->fp[0] > 0) {
+        const double v = n->fp[0] / (sqrt(ss) + 1e-6);
+        if (v < 1) c = v; /* NaN: 1, like clip_coef */
+    }
+    y[0] = (real)c;
+    y[1] = (real)((isfinite(loss) ? 0 : 1) + (isfinite(ss) ? 0 : 2));
+    (void)g;
 }
 
 /* x -> sum(x*x), scalar. */

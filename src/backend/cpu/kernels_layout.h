@@ -160,12 +160,17 @@ KN_DEF(upsample_nearest2d) {
     }
 }
 
-/* (running, value) -> running = (1 - m) * running + m * (scale * value),
- * m = fp[0], scale = fp[1]; out is running's storage (in place). */
+/* (running, value[, gate]) -> running = (1 - m) * running + m * (scale * value),
+ * m = fp[0], scale = fp[1]; out is running's storage (in place). A gate
+ * (STEP_GATE) whose element 1 is not 0 skips the update. */
 KN_DEF(ema_update) {
     const real *r = in[0], *v = in[1];
     real *y = out;
     const real keep = (real)(1.0 - n->fp[0]), m = (real)n->fp[0], sc = (real)n->fp[1];
     (void)g;
+    if (n->nin > 2 && ((const real *)in[2])[1] != 0) {
+        if (y != r) memcpy(y, r, (size_t)kn_numel(n) * sizeof(real));
+        return;
+    }
     for (int64_t i = 0, cnt = kn_numel(n); i < cnt; i++) y[i] = keep * r[i] + m * (sc * v[i]);
 }

@@ -173,6 +173,7 @@ mn_status vkgen_ema_update(vk_kernel *k, const mn_graph *g, const node *n, const
     def_float(k, "EMA_KEEP", keep);
     def_float(k, "EMA_M", m);
     def_float(k, "EMA_SC", sc);
+    vk_def(k, "EMA_GATED", "%d", n->nin > 2); /* a step_gate: X2(1) != 0 skips */
     k->tmpl = "ema_update";
     layout_launch(k, caps, n);
     return MN_OK;

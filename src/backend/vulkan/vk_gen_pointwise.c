@@ -9,7 +9,7 @@
  *   reduce   sum, mean, max, sumsq, reduce_to, mse, max_bwd
  *   softmax  softmax, log_softmax, their backward ops, cross_entropy(_dense)
  *            and their backward ops
- *   optim    sgd_update, adam_update, clip_coef
+ *   optim    sgd_update, adam_update, clip_coef, step_gate
  * input, param, state, const and reshape (a view sharing its input's
  * storage) dispatch nothing: k->tmpl = NULL.
  *
@@ -512,6 +512,8 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
     vk_def(k, "HYPER(j)", "X%d(j)", hyper);
     if (n->nin > hyper + 1) vk_def(k, "CLIP", "X%d(0)", hyper + 1);
     else vk_def(k, "CLIP", "1.0");
+    if (n->nin > hyper + 1 && n->ip[1]) vk_def(k, "SKIP", "X%d(1)", hyper + 1); /* a step_gate */
+    else vk_def(k, "SKIP", "0.0");
     const float wd = (float)n->fp[4];
     def_f32(k, "LR_MULT", (float)n->fp[0]);
     def_f32(k, "WD", wd);
@@ -548,6 +550,17 @@ mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const 
                           size_t cap) {
     k->tmpl = "optim";
     vk_def(k, "OPT_OP", "OPT_CLIP_COEF");
+    def_f32(k, "MAX_NORM", (float)n->fp[0]);
+    vk_launch_1d(k, caps, 1, 1);
+    return MN_OK;
+}
+
+mn_status vkgen_step_gate(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    k->tmpl = "optim";
+    vk_def(k, "OPT_OP", "OPT_STEP_GATE");
+    vk_def(k, "HAS_SUMSQ", "%d", n->nin > 1);
+    vk_def(k, "HAS_CLIP", "%d", n->fp[0] > 0);
     def_f32(k, "MAX_NORM", (float)n->fp[0]);
     vk_launch_1d(k, caps, 1, 1);
     return MN_OK;

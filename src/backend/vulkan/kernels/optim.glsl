@@ -1,4 +1,5 @@
-// optim.glsl - the optimizer ops: sgd_update, adam_update, clip_coef.
+// optim.glsl - the optimizer ops: sgd_update, adam_update, clip_coef,
+// step_gate.
 //
 // Updates (one invocation per parameter element i): the node's storage
 // aliases the parameter, so the new value goes through Y(i) after X0(i) was
@@ -8,22 +9,46 @@
 // driver from fusing them into different roundings.
 //
 // Defines from vk_gen_pointwise.c:
-//   OPT_OP            OPT_SGD | OPT_ADAM | OPT_CLIP_COEF
+//   OPT_OP            OPT_SGD | OPT_ADAM | OPT_CLIP_COEF | OPT_STEP_GATE
 //   HYPER(j)          element j of the hyper tensor {lr, 1 - b1^t, 1 - b2^t}
 //   CLIP              the clip coefficient (X4(0) / X5(0)) or 1.0
+//   SKIP              0, or the gate's "not finite" flag (X4(1) / X5(1)): when
+//                     it is not 0 the invocation returns before writing
+//                     anything (a branch: 0 * NaN would be NaN)
 //   LR_MULT, WD, HAS_WD
 //   SGD:  MOM, HAS_MOM, NESTEROV
 //   Adam: B1, B2, ONE_M_B1, ONE_M_B2 (1 - beta rounded in f32), EPS, DECOUPLED
 //   clip_coef: MAX_NORM
+//   step_gate: HAS_SUMSQ, HAS_CLIP, MAX_NORM; (loss X0(0)[, sumsq X1(0)]) ->
+//     Y(0) = clip coefficient or 1, Y(1) = 1 (loss) + 2 (sumsq) for each that
+//     is NaN or infinite, tested on the exponent bits (immune to fast math)
 //
 // Does not: compute the hyper values (the session writes them per step).
 
 #define OPT_SGD 0
 #define OPT_ADAM 1
 #define OPT_CLIP_COEF 2
+#define OPT_STEP_GATE 3
+
+bool nonfinite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
 void main() {
-#if OPT_OP == OPT_CLIP_COEF
+#if OPT_OP == OPT_STEP_GATE
+    if (GID != 0u) return;
+    float l = X0(0);
+#if HAS_SUMSQ
+    float s = X1(0);
+#else
+    float s = 0.0;
+#endif
+    float c = 1.0;
+#if HAS_CLIP
+    c = MAX_NORM / (sqrt(s) + 1e-6);
+    c = (!isnan(c) && c < 1.0) ? c : 1.0;
+#endif
+    Y(0) = c;
+    Y(1) = (nonfinite(l) ? 1.0 : 0.0) + (nonfinite(s) ? 2.0 : 0.0);
+#elif OPT_OP == OPT_CLIP_COEF
     // (sum of squared grads) -> min(1, max_norm / (sqrt(x) + 1e-6)); NaN -> 1
     if (GID != 0u) return;
     float c = MAX_NORM / (sqrt(X0(0)) + 1e-6);
@@ -31,6 +56,7 @@ void main() {
 #else
     uint i = GID;
     if (i >= Y_N) return;
+    if (SKIP != 0.0) return;
     precise float lr = HYPER(0) * LR_MULT;
     precise float pv = X0(i);
     precise float gv = CLIP * X1(i);

@@ -1,0 +1,185 @@
+/* bench_build.c - how session building and checkpoints scale (never a unit test).
+ *
+ *   meganeura_bench_build [--nodes N] [--params N] [--ckpt N] [--dir PATH]
+ *
+ * Three workloads on the CPU backend, each printed as one JSON object per line:
+ *   chain   a chain of --nodes (default 100000) small ops: matmul with one of
+ *           8 shared [16,16] weights, add of a bias, tanh, scale, repeated;
+ *           time to record the graph, build an inference session and a
+ *           training session (Adam; autodiff roughly triples the nodes), and
+ *           one training step.
+ *   params  --params (default 60000) named parameters of 4 values each,
+ *           summed into the loss: time to declare them (each name is checked
+ *           against all others) and to build a training session (Adam adds
+ *           two named state tensors per parameter).
+ *   ckpt    --ckpt (default 20000) named parameters in a training session:
+ *           time to save a checkpoint and to load it back into a training
+ *           session and into an inference session (file under --dir, default
+ *           /tmp, removed afterwards).
+ * Results and the command line are recorded in docs/PERF.md ("Build and
+ * checkpoint scaling"). Does not: measure kernels (bench.c does).
+ */
+#include <meganeura.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void die(const char *what, const char *msg) {
+    fprintf(stderr, "bench_build: %s: %s\n", what, msg);
+    exit(1);
+}
+#define G(call)                                                                                    \
+    do {                                                                                           \
+        if ((call) != MN_OK) die(#call, mn_graph_error(g));                                        \
+    } while (0)
+#define S(s, call)                                                                                 \
+    do {                                                                                           \
+        if ((call) != MN_OK) die(#call, mn_session_error(s));                                      \
+    } while (0)
+
+static mn_session *session(const mn_graph *g, mn_mode mode, double *ms) {
+    mn_session_options o = mn_session_default_options();
+    o.backend = MN_BACKEND_CPU;
+    o.mode = mode;
+    o.optim = mn_optimizer_default(MN_OPTIM_ADAM);
+    mn_session *s = NULL;
+    double t0 = now_ms();
+    if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
+    *ms = now_ms() - t0;
+    return s;
+}
+
+static void bench_chain(int nodes) {
+    enum { B = 4, D = 16, NW = 8 };
+    mn_graph *g;
+    mn_tensor x, w[NW], b, t, loss;
+    mn_init ku = {MN_INIT_KAIMING_UNIFORM, 0, 0}, z = {MN_INIT_ZEROS, 0, 0};
+    double t0 = now_ms();
+    if (mn_graph_create(&g)) die("graph", "out of memory");
+    G(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){B, D}));
+    for (int i = 0; i < NW; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "w%d", i);
+        G(mn_graph_param(g, &w[i], name, 2, (int64_t[]){D, D}, ku));
+    }
+    G(mn_graph_param(g, &b, "b", 1, (int64_t[]){D}, z));
+    t = x;
+    int made = NW + 2;
+    for (int k = 0; made + 2 < nodes; k++, made++) {
+        switch (k % 4) {
+        case 0: G(mn_matmul(g, &t, t, w[(k / 4) % NW])); break;
+        case 1: G(mn_add(g, &t, t, b)); break;
+        case 2: G(mn_tanh(g, &t, t)); break;
+        default: G(mn_scale(g, &t, t, 1.5f)); break;
+        }
+    }
+    G(mn_mean(g, &loss, t, MN_ALL_AXES, false));
+    G(mn_graph_loss(g, loss));
+    double graph_ms = now_ms() - t0, inf_ms, train_ms;
+    mn_session *si = session(g, MN_MODE_INFERENCE, &inf_ms);
+    mn_session_destroy(si);
+    mn_session *s = session(g, MN_MODE_TRAINING, &train_ms);
+    float xv[B * D];
+    for (int i = 0; i < B * D; i++) xv[i] = (float)(i % 7) / 7.0f - 0.5f;
+    S(s, mn_session_set_input(s, "x", xv, sizeof xv));
+    t0 = now_ms();
+    S(s, mn_session_step(s));
+    double step_ms = now_ms() - t0;
+    size_t peak = 0, sum = 0;
+    S(s, mn_session_memory(s, &peak, &sum));
+    printf("{\"bench\":\"chain\",\"nodes\":%d,\"graph_ms\":%.1f,\"session_infer_ms\":%.1f,\"session_train_ms\":%.1f,"
+           "\"step_ms\":%.1f,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
+           nodes, graph_ms, inf_ms, train_ms, step_ms, peak, sum);
+    fflush(stdout);
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
+/* n parameters [4] named "layer.<i>.weight", summed into a mean. */
+static mn_graph *many_params(int n, double *ms) {
+    mn_graph *g;
+    mn_tensor p, acc = MN_NONE, loss;
+    mn_init u = {MN_INIT_UNIFORM, -1, 1};
+    double t0 = now_ms();
+    if (mn_graph_create(&g)) die("graph", "out of memory");
+    for (int i = 0; i < n; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "layer.%d.weight", i);
+        G(mn_graph_param(g, &p, name, 1, (int64_t[]){4}, u));
+        if (acc == MN_NONE) acc = p;
+        else G(mn_add(g, &acc, acc, p));
+    }
+    G(mn_mean(g, &loss, acc, MN_ALL_AXES, false));
+    G(mn_graph_loss(g, loss));
+    *ms = now_ms() - t0;
+    return g;
+}
+
+static void bench_params(int n) {
+    double graph_ms, train_ms;
+    mn_graph *g = many_params(n, &graph_ms);
+    mn_session *s = session(g, MN_MODE_TRAINING, &train_ms);
+    printf("{\"bench\":\"params\",\"params\":%d,\"graph_ms\":%.1f,\"session_train_ms\":%.1f}\n", n, graph_ms,
+           train_ms);
+    fflush(stdout);
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
+static void bench_ckpt(int n, const char *dir) {
+    double graph_ms, train_ms, inf_ms;
+    mn_graph *g = many_params(n, &graph_ms);
+    mn_session *s = session(g, MN_MODE_TRAINING, &train_ms);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/mn-bench-build-%ld.safetensors", dir, (long)getpid());
+    S(s, mn_session_step(s));
+    double t0 = now_ms();
+    S(s, mn_session_save(s, path));
+    double save_ms = now_ms() - t0;
+    t0 = now_ms();
+    S(s, mn_session_load(s, path));
+    double load_ms = now_ms() - t0;
+    mn_session *si = session(g, MN_MODE_INFERENCE, &inf_ms);
+    t0 = now_ms();
+    S(si, mn_session_load(si, path));
+    double load_inf_ms = now_ms() - t0;
+    unlink(path);
+    printf("{\"bench\":\"ckpt\",\"params\":%d,\"save_ms\":%.1f,\"load_train_ms\":%.1f,\"load_infer_ms\":%.1f}\n", n,
+           save_ms, load_ms, load_inf_ms);
+    fflush(stdout);
+    mn_session_destroy(si);
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
+int main(int argc, char **argv) {
+    int nodes = 100000, params = 60000, ckpt = 20000;
+    const char *dir = "/tmp";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--params") && i + 1 < argc) params = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--nodes N] [--params N] [--ckpt N] [--dir PATH] (0 skips a workload)\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (nodes < 0 || params < 0 || ckpt < 0) {
+        fprintf(stderr, "bench_build: counts must be >= 0\n");
+        return 2;
+    }
+    if (nodes > 0) bench_chain(nodes < 16 ? 16 : nodes);
+    if (params > 0) bench_params(params);
+    if (ckpt > 0) bench_ckpt(ckpt, dir);
+    return 0;
+}
