@@ -508,6 +508,14 @@ static void test_defines(const vk_caps *caps) {
     mn_scale(g, &y, a, 2.0f);
     CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
     CHECK(has(k, "#define EXPR(a, b, c) (a * 2.0)\n"));
+    /* inputs are readonly, except the state an optimizer update writes */
+    CHECK(has(k, "#define X0_ACCESS readonly\n"));
+    mn_tensor pa = par(g, 1, SH(3)), hy = in_f(g, 1, SH(4));
+    mn_tensor m = state_like(g, pa), v = state_like(g, pa);
+    y = add(g, (spec){.op = OP_ADAM_UPDATE, .nin = 5, .in = {pa, b, m, v, hy}, .fp = {1, 0.9, 0.999, 1e-8}});
+    CHECK_OK(gen_one(k, g, y, caps, err, sizeof err), err);
+    CHECK(has(k, "#define X0_ACCESS readonly\n") && has(k, "#define X1_ACCESS readonly\n") &&
+          has(k, "#define X2_ACCESS \n") && has(k, "#define X3_ACCESS \n") && has(k, "#define X4_ACCESS readonly\n"));
     /* unary_bwd of an op without a derivative is an error naming the op */
     node p;
     memset(&p, 0, sizeof p);

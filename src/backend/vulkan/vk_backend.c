@@ -5,8 +5,17 @@
  *
  * Per execute the host does only: copy pending uploads into the staging
  * buffer, one vkQueueSubmit (uploads + the recorded step), one fence wait.
- * Barriers are recorded only where a later dispatch reads or writes memory
- * an earlier dispatch since the last barrier wrote, or writes memory one read.
+ * Every dispatch has its own descriptor set (made once per node at session
+ * build) binding each operand to exactly its tensor's bytes, so the
+ * synchronisation validation layer sees what each kernel really touches.
+ * Barriers between dispatches (and between upload copies) are placed by
+ * vk_hazard_plan from the same byte ranges: only where a later command reads
+ * or writes bytes an earlier one since the last barrier wrote, or writes
+ * bytes one read.
+ *
+ * MEGANEURA_FAULT_NO_BARRIERS=1 | host | all (tests only): record no
+ * barrier between dispatches | around uploads and readbacks | both, to prove
+ * the synchronisation validation sees the hazards.
  *
  * MEGANEURA_PROFILE=1: per-kernel GPU times from timestamp queries, printed
  * as a table when the session ends. MEGANEURA_TRACE=path: a Chrome/Perfetto
@@ -18,16 +27,25 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/vulkan/vk_hazard.h"
 #include "backend/vulkan/vk_util.h"
 #include "io/file.h"
 
 #define MAX_RECORDED 4
+/* MEGANEURA_FAULT_NO_BARRIERS (tests): 1 or "dispatch" drops the barriers
+ * between dispatches; "host" drops those around uploads and readbacks and
+ * at the start and end of a recorded step; "all" both. */
+#define FAULT_DISPATCH 1u
+#define FAULT_HOST 2u
 #define STAGING_BYTES (16u << 20)
+
+#define MAX_OPERANDS (1 + NODE_MAX_IN) /* descriptor bindings: the output, then each input */
 
 typedef struct node_rt {
     int32_t pipe; /* index into pipes, -1: nothing to dispatch */
     uint32_t groups[3];
     uint32_t push[8];
+    VkDescriptorSet set; /* binding 0: the output, 1 + i: input i */
 } node_rt;
 
 typedef struct pipe_entry {
@@ -43,10 +61,15 @@ typedef struct recorded {
     uint32_t nqueries;
 } recorded;
 
-typedef struct range {
-    int8_t arena;
-    uint64_t lo, hi;
-} range;
+/* Where one operand of a dispatch lives: what its descriptor binds and what
+ * the hazard planner tracks. */
+typedef struct operand_span {
+    uint32_t buf;      /* buffer id for the hazard planner (today: the arena) */
+    VkBuffer handle;   /* the VkBuffer holding the tensor */
+    VkDeviceSize offset, range; /* the binding: offset aligned to minStorageBufferOffsetAlignment */
+    uint32_t elem;     /* the tensor's first element from the binding's start (pc.off) */
+    bool live;         /* false: the tensor has no storage (bound to a dummy range, not tracked) */
+} operand_span;
 
 typedef struct prof_entry {
     uint64_t calls;
@@ -69,8 +92,7 @@ typedef struct vkb {
     int npending, cap_pending;
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
-    VkDescriptorPool dpool;
-    VkDescriptorSet dset;
+    VkDescriptorPool dpool; /* one set per dispatched node */
     VkPipelineCache pcache;
     pipe_entry *pipes;
     int npipes, cap_pipes;
@@ -95,6 +117,7 @@ typedef struct vkb {
     uint64_t executes;
     VkMemoryPropertyFlags staging_flags;
     long fault_submits; /* MEGANEURA_FAULT_DEVICE_LOST=N: the Nth submit reports a lost device (tests) */
+    unsigned no_barriers; /* MEGANEURA_FAULT_NO_BARRIERS: FAULT_* classes of barriers not recorded (tests) */
 } vkb;
 
 static double now_us(void);
@@ -181,11 +204,17 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
 }
 
 static mn_status make_layout(vkb *b, char *err, size_t cap) {
-    VkDescriptorSetLayoutBinding bind[MP_ARENA_COUNT];
-    for (uint32_t i = 0; i < MP_ARENA_COUNT; i++)
-        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    if (b->c.props.limits.maxPerStageDescriptorStorageBuffers < MAX_OPERANDS) {
+        mn_fmt(err, cap, "vulkan: '%s' allows %u storage buffers per shader stage; kernels bind up to %d",
+               b->c.props.deviceName, b->c.props.limits.maxPerStageDescriptorStorageBuffers, MAX_OPERANDS);
+        return MN_E_UNSUPPORTED;
+    }
+    VkDescriptorSetLayoutBinding bind[MAX_OPERANDS];
+    for (uint32_t i = 0; i < MAX_OPERANDS; i++)
+        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
+                                                 NULL};
     VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    li.bindingCount = MP_ARENA_COUNT;
+    li.bindingCount = MAX_OPERANDS;
     li.pBindings = bind;
     VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &b->dsl), "vkCreateDescriptorSetLayout");
     VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
@@ -195,9 +224,51 @@ static mn_status make_layout(vkb *b, char *err, size_t cap) {
     pi.pushConstantRangeCount = 1;
     pi.pPushConstantRanges = &pr;
     VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &b->layout), "vkCreatePipelineLayout");
-    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, MP_ARENA_COUNT};
+    return MN_OK;
+}
+
+/* The one place that knows where a tensor lives on the device: its buffer,
+ * the binding's offset and range, and the element offset left for pc.off.
+ * Splitting arenas into several buffers changes only this function. */
+static operand_span operand(const vkb *b, int32_t id) {
+    const mp_slot *s = &b->p->plan->slots[id];
+    operand_span o = {0};
+    VkDeviceSize align = b->c.props.limits.minStorageBufferOffsetAlignment;
+    if (align < 4) align = 4;
+    if (s->arena < 0 || s->arena >= MP_ARENA_COUNT) { /* no storage: a valid binding nobody uses */
+        o.buf = MP_ARENA_WORK;
+        o.handle = b->buf[MP_ARENA_WORK];
+        o.range = 4;
+        return o;
+    }
+    VkDeviceSize size = b->p->plan->arena_bytes[s->arena] < 256 ? 256 : b->p->plan->arena_bytes[s->arena];
+    o.buf = (uint32_t)s->arena;
+    o.handle = b->buf[s->arena];
+    o.offset = s->offset / align * align;
+    o.elem = (uint32_t)((s->offset - o.offset) / 4);
+    o.range = (s->offset - o.offset + s->bytes + 3) / 4 * 4;
+    if (o.range < 4) o.range = 4;
+    if (o.offset + o.range > size) o.range = size - o.offset;
+    o.live = true;
+    return o;
+}
+
+/* One descriptor set per dispatched node, written once: binding 0 = the
+ * output, 1 + i = input i, each the tensor's own bytes. Replays bind them;
+ * nothing is updated per step. */
+static mn_status make_sets(vkb *b, char *err, size_t cap) {
+    const program *p = b->p;
+    uint32_t nsets = 0, ndesc = 0;
+    for (int32_t i = 0; i < p->norder; i++) {
+        int32_t id = p->order[i];
+        if (b->rt[id].pipe < 0) continue;
+        nsets++;
+        ndesc += 1 + (uint32_t)p->g->nodes[id].nin;
+    }
+    if (!nsets) return MN_OK;
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
     VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    dpi.maxSets = 1;
+    dpi.maxSets = nsets;
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &ps;
     VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, NULL, &b->dpool), "vkCreateDescriptorPool");
@@ -205,19 +276,26 @@ static mn_status make_layout(vkb *b, char *err, size_t cap) {
     ai.descriptorPool = b->dpool;
     ai.descriptorSetCount = 1;
     ai.pSetLayouts = &b->dsl;
-    VKCHECK(vkAllocateDescriptorSets(b->c.device, &ai, &b->dset), "vkAllocateDescriptorSets");
-    VkDescriptorBufferInfo info[MP_ARENA_COUNT];
-    VkWriteDescriptorSet w[MP_ARENA_COUNT];
-    for (uint32_t i = 0; i < MP_ARENA_COUNT; i++) {
-        info[i] = (VkDescriptorBufferInfo){b->buf[i], 0, VK_WHOLE_SIZE};
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-        w[i].dstSet = b->dset;
-        w[i].dstBinding = i;
-        w[i].descriptorCount = 1;
-        w[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-        w[i].pBufferInfo = &info[i];
+    for (int32_t i = 0; i < p->norder; i++) {
+        int32_t id = p->order[i];
+        node_rt *rt = &b->rt[id];
+        if (rt->pipe < 0) continue;
+        const node *n = &p->g->nodes[id];
+        VKCHECK(vkAllocateDescriptorSets(b->c.device, &ai, &rt->set), "vkAllocateDescriptorSets");
+        VkDescriptorBufferInfo info[MAX_OPERANDS];
+        VkWriteDescriptorSet w[MAX_OPERANDS];
+        for (int k = 0; k <= n->nin; k++) {
+            operand_span o = operand(b, k == 0 ? id : n->in[k - 1]);
+            info[k] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+            w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+            w[k].dstSet = rt->set;
+            w[k].dstBinding = (uint32_t)k;
+            w[k].descriptorCount = 1;
+            w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[k].pBufferInfo = &info[k];
+        }
+        vkUpdateDescriptorSets(b->c.device, (uint32_t)n->nin + 1, w, 0, NULL);
     }
-    vkUpdateDescriptorSets(b->c.device, MP_ARENA_COUNT, w, 0, NULL);
     return MN_OK;
 }
 
@@ -352,9 +430,8 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
         st = get_pipeline(b, src, label, &rt->pipe, err, cap);
         free(src);
         memcpy(rt->groups, k->groups, sizeof rt->groups);
-        const mp_slot *s = &p->plan->slots[id];
-        rt->push[0] = (uint32_t)(s->offset / 4);
-        for (int j = 0; j < n->nin; j++) rt->push[1 + j] = (uint32_t)(p->plan->slots[n->in[j]].offset / 4);
+        rt->push[0] = operand(b, id).elem;
+        for (int j = 0; j < n->nin; j++) rt->push[1 + j] = operand(b, n->in[j]).elem;
     }
     free(k);
     return st;
@@ -362,89 +439,91 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
 
 /* ---- hazards ------------------------------------------------------------- */
 
-typedef struct rset {
-    range r[64];
-    int n;
-    bool full; /* too many ranges tracked: treat as overlapping everything */
-} rset;
-
-static bool rset_hits(const rset *s, range x) {
-    if (s->full) return s->n > 0 || s->full;
-    for (int i = 0; i < s->n; i++)
-        if (s->r[i].arena == x.arena && s->r[i].lo < x.hi && x.lo < s->r[i].hi) return true;
-    return false;
+/* The byte ranges dispatch `id` reads and writes: every input is read (its
+ * binding is readonly unless written), the output and the inputs the kernel
+ * updates in place are written. Appends to acc; returns the count. */
+static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
+    const node *n = &b->p->g->nodes[id];
+    int na = 0;
+    for (int k = 0; k <= n->nin; k++) {
+        operand_span o = operand(b, k == 0 ? id : n->in[k - 1]);
+        if (!o.live) continue;
+        acc[na++] = (vk_access){o.buf, k == 0, o.offset, o.offset + o.range};
+        if (k > 0 && vk_input_written(n, k - 1)) acc[na++] = (vk_access){o.buf, true, o.offset, o.offset + o.range};
+    }
+    return na;
 }
 
-static void rset_add(rset *s, range x) {
-    if (s->n == (int)MN_ARRAY_LEN(s->r)) s->full = true;
-    else s->r[s->n++] = x;
+/* Plans the barriers of a node list: bar[i] != 0 before list[i]. */
+static mn_status plan_list(const vkb *b, const int32_t *list, int32_t n, uint8_t *bar, char *err, size_t cap) {
+    vk_access *acc = malloc(((size_t)n * 2 * MAX_OPERANDS + 1) * sizeof *acc);
+    size_t *first = malloc(((size_t)n + 1) * sizeof *first);
+    mn_status st = acc && first ? MN_OK : MN_E_NOMEM;
+    if (!st) {
+        first[0] = 0;
+        for (int32_t i = 0; i < n; i++) {
+            bool dispatched = b->rt[list[i]].pipe >= 0;
+            first[i + 1] = first[i] + (dispatched ? (size_t)node_accesses(b, list[i], acc + first[i]) : 0);
+        }
+        st = vk_hazard_plan(acc, first, n, bar, err, cap);
+    }
+    free(acc);
+    free(first);
+    return st;
 }
 
-static range node_range(const program *p, int32_t id) {
-    const mp_slot *s = &p->plan->slots[id];
-    return (range){s->arena, s->offset, s->offset + s->bytes};
-}
-
-static void barrier(VkCommandBuffer cb, VkPipelineStageFlags src, VkAccessFlags sa, VkPipelineStageFlags dst,
-                    VkAccessFlags da) {
+/* One global memory barrier; `fault` names the MEGANEURA_FAULT_NO_BARRIERS
+ * class it belongs to (skipped when that fault is injected). */
+static void barrier(const vkb *b, unsigned fault, VkCommandBuffer cb, VkPipelineStageFlags src, VkAccessFlags sa,
+                    VkPipelineStageFlags dst, VkAccessFlags da) {
+    if (b->no_barriers & fault) return;
     VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, sa, da};
     vkCmdPipelineBarrier(cb, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
-    const program *p = b->p;
+    uint8_t *bar = malloc((size_t)rc->n + 1);
+    if (!bar) return MN_E_NOMEM;
+    mn_status st = plan_list(b, rc->list, rc->n, bar, err, cap);
+    if (st) {
+        free(bar);
+        return st;
+    }
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = b->pool;
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
-    VKCHECK(vkAllocateCommandBuffers(b->c.device, &ai, &rc->cb), "vkAllocateCommandBuffers");
+    VkResult r = vkAllocateCommandBuffers(b->c.device, &ai, &rc->cb);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    VKCHECK(vkBeginCommandBuffer(rc->cb, &bi), "vkBeginCommandBuffer");
+    if (r == VK_SUCCESS) r = vkBeginCommandBuffer(rc->cb, &bi);
+    if (r != VK_SUCCESS) {
+        free(bar);
+        return vk_fail(b, r, "vkAllocateCommandBuffers / vkBeginCommandBuffer", err, cap);
+    }
     VkCommandBuffer cb = rc->cb;
     bool prof = b->profile && b->qpool;
     if (prof) vkCmdResetQueryPool(cb, b->qpool, 0, b->qcap);
     /* earlier submissions (uploads, previous steps) -> this step's kernels */
-    barrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+    barrier(b, FAULT_HOST, cb, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
             VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
             VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-    rset *rd = calloc(1, sizeof *rd), *wr = calloc(1, sizeof *wr);
-    if (!rd || !wr) {
-        free(rd);
-        free(wr);
-        return MN_E_NOMEM;
-    }
     int32_t bound = -1;
     uint32_t q = 0;
     for (int32_t i = 0; i < rc->n; i++) {
         int32_t id = rc->list[i];
         const node_rt *rt = &b->rt[id];
         if (rt->pipe < 0) continue;
-        const node *n = &p->g->nodes[id];
-        /* this dispatch's reads and writes (optimizer updates also write state) */
-        range reads[NODE_MAX_IN], writes[3];
-        int nr = 0, nw = 0;
-        for (int j = 0; j < n->nin; j++) reads[nr++] = node_range(p, n->in[j]);
-        writes[nw++] = node_range(p, id);
-        if (n->op == OP_SGD_UPDATE) writes[nw++] = node_range(p, n->in[2]);
-        if (n->op == OP_ADAM_UPDATE) writes[nw++] = node_range(p, n->in[2]), writes[nw++] = node_range(p, n->in[3]);
-        bool hazard = false;
-        for (int j = 0; j < nr && !hazard; j++) hazard = rset_hits(wr, reads[j]);
-        for (int j = 0; j < nw && !hazard; j++) hazard = rset_hits(wr, writes[j]) || rset_hits(rd, writes[j]);
-        if (hazard) {
-            /* read-after-write / write-after-read / write-after-write between dispatches */
-            barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
-                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
-            rd->n = wr->n = 0;
-            rd->full = wr->full = false;
+        if (bar[i]) {
+            /* read after write / write after read / write after write between dispatches */
+            barrier(b, FAULT_DISPATCH, cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
         }
-        for (int j = 0; j < nr; j++) rset_add(rd, reads[j]);
-        for (int j = 0; j < nw; j++) rset_add(wr, writes[j]);
         if (bound != rt->pipe) {
             vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipes[rt->pipe].pipeline);
-            if (bound < 0)
-                vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, 1, &b->dset, 0, NULL);
             bound = rt->pipe;
         }
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, 1, &rt->set, 0, NULL);
         vkCmdPushConstants(cb, b->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof rt->push, rt->push);
         if (prof && q + 2 <= b->qcap) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->qpool, q);
         vkCmdDispatch(cb, rt->groups[0], rt->groups[1], rt->groups[2]);
@@ -453,11 +532,10 @@ static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
             q += 2;
         }
     }
-    free(rd);
-    free(wr);
+    free(bar);
     rc->nqueries = q;
     /* this step's results -> readbacks and the next submission */
-    barrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+    barrier(b, FAULT_HOST, cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
             VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT);
     VKCHECK(vkEndCommandBuffer(cb), "vkEndCommandBuffer");
@@ -496,23 +574,52 @@ static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err
     return MN_OK;
 }
 
-/* Records the pending uploads into upload_cb (not submitted). */
+/* Records the pending uploads into upload_cb (not submitted). Copies to
+ * overlapping bytes (a tensor written twice before a step) are ordered by a
+ * barrier, placed by the hazard planner like the dispatches' ones. */
 static mn_status record_uploads(vkb *b, char *err, size_t cap) {
-    VKCHECK(vkResetCommandBuffer(b->upload_cb, 0), "vkResetCommandBuffer");
+    vk_access *acc = malloc(((size_t)b->npending * 2 + 1) * sizeof *acc);
+    size_t *first = malloc(((size_t)b->npending + 1) * sizeof *first);
+    uint8_t *bar = malloc((size_t)b->npending + 1);
+    mn_status st = acc && first && bar ? MN_OK : MN_E_NOMEM;
+    if (!st) {
+        first[0] = 0;
+        for (int i = 0; i < b->npending; i++) {
+            const VkBufferCopy *c = &b->pending[i];
+            acc[2 * i] = (vk_access){MP_ARENA_COUNT, false, c->srcOffset, c->srcOffset + c->size}; /* staging */
+            acc[2 * i + 1] = (vk_access){(uint32_t)b->pending_arena[i], true, c->dstOffset, c->dstOffset + c->size};
+            first[i + 1] = 2 * (size_t)i + 2;
+        }
+        st = vk_hazard_plan(acc, first, b->npending, bar, err, cap);
+    }
+    VkResult r = st ? VK_SUCCESS : vkResetCommandBuffer(b->upload_cb, 0);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VKCHECK(vkBeginCommandBuffer(b->upload_cb, &bi), "vkBeginCommandBuffer");
-    /* earlier kernels may still read what these copies overwrite */
-    barrier(b->upload_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-            VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
-    for (int i = 0; i < b->npending; i++)
-        vkCmdCopyBuffer(b->upload_cb, b->staging, b->buf[b->pending_arena[i]], 1, &b->pending[i]);
-    /* copies -> the kernels of this submission */
-    barrier(b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
-    VKCHECK(vkEndCommandBuffer(b->upload_cb), "vkEndCommandBuffer");
-    return MN_OK;
+    if (!st && r == VK_SUCCESS) r = vkBeginCommandBuffer(b->upload_cb, &bi);
+    if (!st && r == VK_SUCCESS) {
+        /* earlier kernels and copies (previous steps, readbacks) may still
+         * read or write what these copies overwrite */
+        barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_TRANSFER_WRITE_BIT);
+        for (int i = 0; i < b->npending; i++) {
+            if (bar[i]) /* a later write of the same bytes lands after the earlier one */
+                barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                        VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
+            vkCmdCopyBuffer(b->upload_cb, b->staging, b->buf[b->pending_arena[i]], 1, &b->pending[i]);
+        }
+        /* copies -> the kernels of this submission and later readbacks */
+        barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                    VK_ACCESS_TRANSFER_WRITE_BIT);
+        r = vkEndCommandBuffer(b->upload_cb);
+    }
+    free(acc);
+    free(first);
+    free(bar);
+    if (!st && r != VK_SUCCESS) st = vk_fail(b, r, "recording uploads", err, cap);
+    return st;
 }
 
 static mn_status flush_uploads(vkb *b, char *err, size_t cap) {
@@ -584,13 +691,15 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
         VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
         bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
         VKCHECK(vkBeginCommandBuffer(b->once_cb, &bi), "vkBeginCommandBuffer");
-        barrier(b->once_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+        /* kernels' and uploads' writes -> this copy's read; earlier copies
+         * into the staging buffer -> this copy's write */
+        barrier(b, FAULT_HOST, b->once_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                 VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                VK_ACCESS_TRANSFER_READ_BIT);
+                VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
         VkBufferCopy reg = {s->offset + done, 0, chunk};
         vkCmdCopyBuffer(b->once_cb, b->buf[s->arena], b->staging, 1, &reg);
-        barrier(b->once_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                VK_ACCESS_HOST_READ_BIT);
+        barrier(b, FAULT_HOST, b->once_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
+                VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
         VKCHECK(vkEndCommandBuffer(b->once_cb), "vkEndCommandBuffer");
         if ((st = submit_wait(b, &b->once_cb, 1, err, cap))) return st;
         memcpy((unsigned char *)dst + done, b->staging_map, chunk);
@@ -789,6 +898,11 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
     }
     const char *fault = getenv("MEGANEURA_FAULT_DEVICE_LOST");
     if (fault && *fault) b->fault_submits = strtol(fault, NULL, 10);
+    const char *nob = getenv("MEGANEURA_FAULT_NO_BARRIERS");
+    if (nob && *nob && strcmp(nob, "0") != 0)
+        b->no_barriers = strcmp(nob, "host") == 0 ? FAULT_HOST
+                         : strcmp(nob, "all") == 0 ? FAULT_DISPATCH | FAULT_HOST
+                                                   : FAULT_DISPATCH;
     const char *pe = getenv("MEGANEURA_PROFILE"), *tr = getenv("MEGANEURA_TRACE");
     b->profile = (pe && *pe && strcmp(pe, "0") != 0) || (tr && *tr);
     if (!st && b->profile) {
@@ -807,6 +921,7 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         pcache_load(b);
         st = build_kernels(b, err, cap);
     }
+    if (!st) st = make_sets(b, err, cap);
     /* constants live in the io arena: upload them once */
     for (int32_t i = 0; !st && i < p->g->n; i++) {
         const node *n = &p->g->nodes[i];

@@ -64,23 +64,22 @@ void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local)
     vk_def(k, "NTHREADS", "%lluu", (unsigned long long)(gx * gy * local));
 }
 
-static const char *arena_name(int8_t a) {
-    static const char *names[MP_ARENA_COUNT] = {"a0", "a1", "a2", "a3"};
-    return a >= 0 && a < MP_ARENA_COUNT ? names[a] : "a3";
+bool vk_input_written(const node *n, int i) {
+    return (n->op == OP_SGD_UPDATE && i == 2) || (n->op == OP_ADAM_UPDATE && (i == 2 || i == 3));
 }
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
     const node *n = &g->nodes[id];
+    (void)mp;
     memset(k, 0, sizeof *k);
     k->local[0] = k->local[1] = k->local[2] = 1;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
-    vk_def(k, "Y_BUF", "%s", arena_name(mp->slots[id].arena));
     vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));
     for (int i = 0; i < n->nin; i++) {
-        char nm[16];
-        snprintf(nm, sizeof nm, "X%d_BUF", i);
-        vk_def(k, nm, "%s", arena_name(mp->slots[n->in[i]].arena));
+        char nm[24];
+        snprintf(nm, sizeof nm, "X%d_ACCESS", i);
+        vk_def(k, nm, "%s", vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
         vk_def(k, nm, "%lluu", (unsigned long long)node_numel(&g->nodes[n->in[i]]));
     }

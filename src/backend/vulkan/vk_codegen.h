@@ -1,24 +1,26 @@
 /* vk_codegen.h - GLSL compute source for each scheduled node.
  *
  * A kernel is a template (kernels/<name>.glsl, embedded into the binary at
- * build time) specialised by #define lines: shapes, strides, the arena each
- * tensor lives in, the expression of a pointwise op. The full source is
+ * build time) specialised by #define lines: shapes, strides, which inputs are
+ * read-only, the expression of a pointwise op. The full source is
  *   #version + LOCAL_X/Y/Z + the node's defines + kernels/preamble.glsl
  *   + kernels/mathlib.glsl (exp, log to ~1 ulp) + the template.
  *
  * Conventions every template relies on (set up by the preamble):
- * - the four memory-plan arenas are storage buffers a0..a3 (param, state,
- *   io, work) of floats; Y_BUF / X<i>_BUF name the arena of the output and
- *   of input i;
+ * - one storage buffer of floats per operand: binding 0 = the output, 1 + i
+ *   = input i, each bound by the runtime to exactly its tensor's bytes;
+ *   X<i>_ACCESS is `readonly` for every input the kernel does not write
+ *   (vk_input_written), so validation sees reads as reads;
  * - push constants pc.off[0] = output offset, pc.off[1 + i] = input i's
- *   offset, in 4-byte elements (the runtime fills them from the plan);
+ *   offset, in 4-byte elements from the start of its binding (0 unless the
+ *   tensor's offset is finer than minStorageBufferOffsetAlignment);
  * - Y(i), X0(i) .. X5(i) read/write element i of a tensor; X<i>I(i) reads an
  *   int32 tensor element; Y_N, X<i>_N are element counts (uint);
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
  * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
  *
- * Does not: compile (vk_compile.c), record or run anything (vk_runtime.c).
+ * Does not: compile (vk_compile.c), record or run anything (vk_backend.c).
  */
 #ifndef MN_VK_CODEGEN_H
 #define MN_VK_CODEGEN_H
@@ -62,6 +64,10 @@ typedef mn_status (*vk_gen_fn)(vk_kernel *k, const mn_graph *g, const node *n, c
     mn_status vkgen_##name(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap);
 #include "graph/ops.def"
 #undef MN_OP
+
+/* True if the kernel of n writes input i (besides its output): the optimizer
+ * updates write their state in place. Every other input is `readonly`. */
+bool vk_input_written(const node *n, int i);
 
 /* The eltwise gather of vk_gen_pointwise.c (NIN, IX0..IX2 with the inputs
  * broadcast to the node's shape, EXPR(a, b, c), a 1-D launch) for another

@@ -54,16 +54,34 @@ static bool has_device_ext(VkPhysicalDevice d, const char *name) {
     return found;
 }
 
-static mn_status make_instance(vk_ctx *c, bool validation, char *err, size_t cap) {
+static bool has_layer_ext(const char *layer, const char *name) {
+    uint32_t n = 0;
+    vkEnumerateInstanceExtensionProperties(layer, &n, NULL);
+    VkExtensionProperties *p = calloc(n + 1, sizeof *p);
+    if (!p) return false;
+    vkEnumerateInstanceExtensionProperties(layer, &n, p);
+    bool found = false;
+    for (uint32_t i = 0; i < n; i++) found |= strcmp(p[i].extensionName, name) == 0;
+    free(p);
+    return found;
+}
+
+/* validation: 0 off, 1 the Khronos layer, 2 the layer with synchronisation
+ * validation (hazards between commands). */
+static mn_status make_instance(vk_ctx *c, int validation, char *err, size_t cap) {
     VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "meganeura", 1, "meganeura", 1,
                              VK_API_VERSION_1_2};
     const char *layers[] = {"VK_LAYER_KHRONOS_validation"};
-    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    const char *exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
     VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     ci.pApplicationInfo = &app;
+    VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+    vf.enabledValidationFeatureCount = 1;
+    vf.pEnabledValidationFeatures = &sync;
     if (validation) {
         if (!has_layer(layers[0])) {
-            mn_fmt(err, cap, "vulkan: MEGANEURA_VALIDATE=1 but VK_LAYER_KHRONOS_validation is not installed "
+            mn_fmt(err, cap, "vulkan: MEGANEURA_VALIDATE is set but VK_LAYER_KHRONOS_validation is not installed "
                              "(Debian: vulkan-validationlayers)");
             return MN_E_UNSUPPORTED;
         }
@@ -72,13 +90,22 @@ static mn_status make_instance(vk_ctx *c, bool validation, char *err, size_t cap
         ci.enabledExtensionCount = 1;
         ci.ppEnabledExtensionNames = exts;
     }
+    if (validation > 1) {
+        if (!has_layer_ext(layers[0], exts[1])) {
+            mn_fmt(err, cap, "vulkan: MEGANEURA_VALIDATE=sync but the validation layer lacks %s", exts[1]);
+            return MN_E_UNSUPPORTED;
+        }
+        ci.enabledExtensionCount = 2;
+        ci.pNext = &vf;
+    }
     VkResult r = vkCreateInstance(&ci, NULL, &c->instance);
     if (r != VK_SUCCESS) {
         mn_fmt(err, cap, "vulkan: vkCreateInstance: %s (is a Vulkan driver installed? lavapipe: mesa-vulkan-drivers)",
                vk_result_name(r));
         return MN_E_BACKEND;
     }
-    c->validation = validation;
+    c->validation = validation != 0;
+    c->sync_validation = validation > 1;
     if (validation) {
         PFN_vkCreateDebugUtilsMessengerEXT create =
             (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(c->instance, "vkCreateDebugUtilsMessengerEXT");
@@ -174,8 +201,11 @@ static mn_status pick_device(vk_ctx *c, char *err, size_t cap) {
 
 mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     memset(c, 0, sizeof *c);
+    /* MEGANEURA_VALIDATE: unset, empty or 0 = off; sync or 2 = with
+     * synchronisation validation; anything else = the layer's defaults */
     const char *v = getenv("MEGANEURA_VALIDATE");
-    mn_status st = make_instance(c, v && *v && strcmp(v, "0") != 0, err, cap);
+    int level = !v || !*v || strcmp(v, "0") == 0 ? 0 : strcmp(v, "sync") == 0 || strcmp(v, "2") == 0 ? 2 : 1;
+    mn_status st = make_instance(c, level, err, cap);
     if (st) return st;
     if ((st = pick_device(c, err, cap))) return st;
     uint32_t nq = 0;
@@ -223,7 +253,7 @@ void vk_ctx_destroy(vk_ctx *c) {
 mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
     vk_ctx c;
     memset(&c, 0, sizeof c);
-    mn_status st = make_instance(&c, false, err, cap);
+    mn_status st = make_instance(&c, 0, err, cap);
     if (st) return st;
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(c.instance, &n, NULL);

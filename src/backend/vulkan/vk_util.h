@@ -25,11 +25,13 @@ typedef struct vk_ctx {
     VkPhysicalDeviceMemoryProperties mem;
     vk_caps caps;
     bool validation;
+    bool sync_validation;    /* MEGANEURA_VALIDATE=sync: hazards between commands too */
     int validation_messages; /* errors and warnings reported by the layers */
 } vk_ctx;
 
 /* Creates the instance (with the Khronos validation layer when
- * MEGANEURA_VALIDATE=1), picks a device (discrete, then integrated, then
+ * MEGANEURA_VALIDATE=1, and its synchronisation validation when
+ * MEGANEURA_VALIDATE=sync or 2), picks a device (discrete, then integrated, then
  * virtual, then CPU; MEGANEURA_DEVICE = index or name substring), creates the
  * logical device and its compute queue. */
 mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap);
