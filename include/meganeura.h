@@ -538,6 +538,51 @@ mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum
  * of the same words) prints them to stderr at session build. */
 mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f);
 
+/* ---- reading files written by others (safetensors, text) ------------------ */
+
+/* A safetensors file opened for reading tensors one at a time (any producer:
+ * Hugging Face checkpoints, PyTorch fixtures). Opening reads and checks the
+ * header only (as mn_session_load does: regular files only, every name,
+ * dtype, shape and range checked against the file); each read then reads
+ * that tensor's bytes with bounded reads, so a 5 GB file costs no more
+ * memory than its largest tensor. The handle keeps the file open. */
+typedef struct mn_safetensors mn_safetensors;
+#define MN_SAFETENSORS_MAX_RANK 8
+typedef struct mn_safetensors_tensor {
+    const char *name;  /* owned by the handle, valid until it is closed */
+    const char *dtype; /* as written: "F32", "BF16", "F16", "I64", ... */
+    int rank;
+    int64_t shape[MN_SAFETENSORS_MAX_RANK];
+} mn_safetensors_tensor;
+/* On failure *out is NULL and err (may be NULL) says why, naming the path. */
+mn_status mn_safetensors_open(mn_safetensors **out, const char *path, char *err, size_t errcap);
+void mn_safetensors_close(mn_safetensors *f);
+/* Message of the last failed call on f ("" if none). */
+const char *mn_safetensors_error(const mn_safetensors *f);
+int mn_safetensors_count(const mn_safetensors *f);
+/* The i-th tensor (0 <= i < count) in file order. */
+mn_status mn_safetensors_tensor_at(const mn_safetensors *f, int i, mn_safetensors_tensor *out);
+/* MN_E_NOT_FOUND if the file has no tensor of that name (no message set). */
+mn_status mn_safetensors_find(const mn_safetensors *f, const char *name, mn_safetensors_tensor *out);
+/* A "__metadata__" value, or NULL. */
+const char *mn_safetensors_meta(const mn_safetensors *f, const char *key);
+/* Reads a tensor of count elements as f32: F32 as is, BF16 and F16 exactly,
+ * F64 rounded. Other dtypes: MN_E_DTYPE; a count that is not the tensor's
+ * element count: MN_E_SHAPE; a NaN or infinite value: MN_E_FORMAT naming the
+ * tensor (dst then holds the values read). */
+mn_status mn_safetensors_read_f32(mn_safetensors *f, const char *name, float *dst, size_t count);
+/* Reads an I32 tensor, or an I64 one whose values all fit in i32. */
+mn_status mn_safetensors_read_i32(mn_safetensors *f, const char *name, int32_t *dst, size_t count);
+
+/* Reads a whole regular file of at most max_bytes into *out (malloc'd, NUL
+ * appended, free() it), its length in *len (may be NULL). Anything but a
+ * regular file is refused without blocking (a FIFO is never waited on). */
+mn_status mn_read_file(char **out, size_t *len, const char *path, size_t max_bytes, char *err, size_t errcap);
+/* s made safe to print (control bytes, broken UTF-8 and bidirectional
+ * controls become \xNN; the middle of a value too long for dst becomes
+ * "..."). cap >= 8. Returns dst. */
+const char *mn_escape(char *dst, size_t cap, const char *s);
+
 /* ---- devices ------------------------------------------------------------- */
 
 /* Lists the Vulkan devices with their limits and the extensions the project
