@@ -11,6 +11,8 @@
  *   decode (skip special, unknown ids, lossy partial UTF-8), buffer sizing;
  * - hostile tokenizer.json texts: each refused with MN_E_FORMAT or
  *   MN_E_UNSUPPORTED and a message naming the field, never a crash;
+ * - every file of tests/fuzz/corpus_tokenizer (seeds and past finds) through
+ *   the fuzz target's checks;
  * - the fixtures in tests/fixtures/tokenizer: for each NAME.cases.json the
  *   ids and texts the Hugging Face tokenizers library gave for NAME.json
  *   (tests/fixtures/gen_tokenizer_node.js, gen_tokenizer.py). The js-* sets
@@ -28,6 +30,9 @@
 
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
+
+/* The fuzz target's checks, replayed on its corpus (test_fuzz_corpus). */
+#include "fuzz/fuzz_tokenizer.c"
 
 /* ---- helpers -------------------------------------------------------------------- */
 
@@ -678,6 +683,28 @@ static void test_fixtures(void) {
                    "tests/fixtures/tokenizer on a machine with tokenizers)\n", later[i]);
 }
 
+/* Seeds and past fuzzer finds: no crash, the fuzz target's promises hold. */
+static void test_fuzz_corpus(const char *dir) {
+    DIR *d = opendir(dir);
+    CHECK_MSG(d != NULL, "cannot open %s", dir);
+    if (!d) return;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char path[2400];
+        size_t len;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *buf = read_file(path, &len);
+        if (!buf) continue;
+        LLVMFuzzerTestOneInput((const uint8_t *)buf, len);
+        free(buf);
+        n++;
+    }
+    closedir(d);
+    CHECK_MSG(n >= 5, "%s: only %d inputs", dir, n);
+    printf("fuzz corpus: %d inputs replayed\n", n);
+}
+
 /* The API in a few lines: load, encode a chat prompt, decode it back. */
 static void test_example(void) {
     char path[1200], err[512];
@@ -710,15 +737,18 @@ static void test_example(void) {
 }
 
 int main(void) {
-    char here[1024];
+    char here[1024], corpus[1200];
     snprintf(here, sizeof here, "%s", __FILE__);
-    snprintf(fixture_dir, sizeof fixture_dir, "%s/fixtures/tokenizer", dirname(here));
+    const char *tests_dir = dirname(here);
+    snprintf(fixture_dir, sizeof fixture_dir, "%s/fixtures/tokenizer", tests_dir);
+    snprintf(corpus, sizeof corpus, "%s/fuzz/corpus_tokenizer", tests_dir);
     mn_set_log(NULL, NULL);
     test_merges();
     test_pretokenizers();
     test_added_and_decode();
     test_long_input();
     test_hostile();
+    test_fuzz_corpus(corpus);
     test_fixtures();
     test_example();
     return th_finish("test_tokenizer");
