@@ -154,7 +154,7 @@ mn_status mn_tokenizer_encode(mn_tokenizer *t, int32_t *ids, size_t cap, size_t 
     }
     if (s == MN_OK) {
         *n_ids = res.n;
-        if (cap) memcpy(ids, res.v, (res.n < cap ? res.n : cap) * sizeof *ids);
+        if (cap && res.n) memcpy(ids, res.v, (res.n < cap ? res.n : cap) * sizeof *ids);
     }
     free(res.v);
     free(tmp.v);
