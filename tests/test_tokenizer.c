@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <libgen.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "tokenizer/tokenizer.h"
@@ -543,6 +544,17 @@ static void test_hostile(void) {
     CHECK(mn_tokenizer_load(&t, "/tmp", err, sizeof err) == MN_E_IO && strstr(err, "directory") != NULL);
     CHECK(mn_tokenizer_load(NULL, "/tmp", err, sizeof err) == MN_E_INVALID);
     mn_tokenizer_destroy(NULL);
+    /* A 600 MiB (sparse) file is refused by its size, before any read. */
+    char big[] = "/tmp/mn-tok-big-XXXXXX";
+    int fd = mkstemp(big);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        CHECK(ftruncate(fd, (off_t)600 << 20) == 0);
+        close(fd);
+        CHECK(mn_tokenizer_load(&t, big, err, sizeof err) == MN_E_FORMAT && t == NULL);
+        CHECK_MSG(strstr(err, "MiB") != NULL, "message: %s", err);
+        unlink(big);
+    }
 }
 
 /* ---- the fixtures (the library's own output) ------------------------------------------------------- */
