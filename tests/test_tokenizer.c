@@ -693,6 +693,19 @@ static void test_fixtures(void) {
         if (!check_fixture(later[i]))
             printf("SKIP fixture %s: not generated yet (python3 tests/fixtures/gen_tokenizer.py "
                    "tests/fixtures/tokenizer on a machine with tokenizers)\n", later[i]);
+    /* Any other NAME.cases.json in the folder is checked too. */
+    DIR *d = opendir(fixture_dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name), k = strlen(".cases.json");
+        if (n <= k || strcmp(e->d_name + n - k, ".cases.json") != 0) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(n - k), e->d_name);
+        bool known = false;
+        for (size_t i = 0; i < MN_ARRAY_LEN(required); i++) known |= strcmp(name, required[i]) == 0;
+        for (size_t i = 0; i < MN_ARRAY_LEN(later); i++) known |= strcmp(name, later[i]) == 0;
+        if (!known) CHECK(check_fixture(name));
+    }
+    if (d) closedir(d);
 }
 
 /* Seeds and past fuzzer finds: no crash, the fuzz target's promises hold. */
