@@ -512,6 +512,8 @@ static void test_hostile(void) {
     refuse_part("[]", nul, "{\"kind\":\"ByteLevel\"}", nul, nul, MN_E_FORMAT, "pre_tokenizer.type is null", __LINE__);
     refuse_part("[]", nul, "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(\"},\"behavior\":\"Isolated\"}", nul, nul,
                 MN_E_FORMAT, "does not compile", __LINE__);
+    refuse_part("[]", nul, "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\\\\C\"},\"behavior\":\"Isolated\"}", nul,
+                nul, MN_E_FORMAT, "does not compile", __LINE__); /* \C could split a character */
     refuse_part("[]", nul, "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Sideways\"}", nul, nul,
                 MN_E_FORMAT, "behavior 'Sideways'", __LINE__);
     refuse_part("[]", nul, "{\"type\":\"Split\",\"pattern\":\"a\",\"behavior\":\"Isolated\"}", nul, nul, MN_E_FORMAT,

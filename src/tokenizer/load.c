@@ -560,8 +560,7 @@ static bool has_nul_escape(const char *s, size_t n) {
     return false;
 }
 
-mn_status tk_load_json(mn_tokenizer *t, const char *json, size_t n, const char *name) {
-    (void)name;
+mn_status tk_load_json(mn_tokenizer *t, const char *json, size_t n) {
     tk_bytelevel_init(&t->bl);
     t->max_id = -1;
     if (memchr(json, 0, n)) return tk_fail(t, MN_E_FORMAT, "contains a NUL byte at offset %zu",

@@ -144,7 +144,9 @@ mn_status tk_regex_compile(tk_regex **out, const char *pattern, size_t n, bool l
     }
     int ec = 0;
     PCRE2_SIZE eo = 0;
-    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
+    /* \C (one byte in UTF mode) could split a character: refused. */
+    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK |
+                    (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE | PCRE2_NEVER_BACKSLASH_C);
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     bool have_cc = cc != NULL;
     if (cc) pcre2_set_newline(cc, PCRE2_NEWLINE_LF);

@@ -47,7 +47,7 @@ static mn_status load_text(mn_tokenizer **out, const char *json, size_t len, con
         set_err(err, errcap, "out of memory loading a tokenizer");
         return MN_E_NOMEM;
     }
-    mn_status s = tk_load_json(t, json, len, path);
+    mn_status s = tk_load_json(t, json, len);
     if (s != MN_OK) {
         if (path) {
             char p[IO_ESC_PATH];

@@ -212,8 +212,9 @@ struct mn_tokenizer {
     size_t key_cap;
 };
 
-/* load.c: parses tokenizer.json text (n bytes) into t (zeroed by the caller). */
-mn_status tk_load_json(mn_tokenizer *t, const char *json, size_t n, const char *name);
+/* load.c: parses tokenizer.json text (n bytes) into t (zeroed by the caller);
+ * on failure t->err says why (the caller adds the file's name). */
+mn_status tk_load_json(mn_tokenizer *t, const char *json, size_t n);
 void tk_free_contents(mn_tokenizer *t);
 void tk_pre_free(tk_pre *p);
 
