@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1 ;;
     --targets) [ $# -ge 2 ] || { echo "fresh-check: --targets needs a value" >&2; exit 2; }
                targets=$2; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
