@@ -101,6 +101,7 @@ run_bg() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  set +e # clean up as much as possible, whatever fails
   [ -n "$bg" ] && kill -- "-$bg" 2>/dev/null
   # processes still running inside the root (a Ctrl-C mid-build): ours, end them
   local p pids=()
