@@ -2,8 +2,11 @@
 #include "harness.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
 int th_failed, th_passed;
+static int th_skipped; /* a required device was missing */
 
 void th_fail(const char *file, int line, const char *fmt, ...) {
     va_list ap;
@@ -15,7 +18,23 @@ void th_fail(const char *file, int line, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+mn_device *th_require_vulkan(void) {
+    mn_device *d = NULL;
+    if (mn_device_open(&d, MN_BACKEND_VULKAN) == MN_OK) return d;
+    const char *req = getenv("MN_REQUIRE_VULKAN");
+    if (req && strcmp(req, "1") == 0)
+        th_fail(__FILE__, __LINE__, "no Vulkan device (MN_REQUIRE_VULKAN=1): %s", mn_device_error(d));
+    else {
+        printf("SKIP: no Vulkan device: %s\n", mn_device_error(d));
+        fflush(stdout);
+        th_skipped = 1;
+    }
+    mn_device_close(d);
+    return NULL;
+}
+
 int th_finish(const char *name) {
-    printf("%s: %d passed, %d failed\n", name, th_passed, th_failed);
-    return th_failed ? 1 : 0;
+    printf("%s: %d passed, %d failed%s\n", name, th_passed, th_failed,
+           th_skipped && !th_failed ? " (SKIP: no Vulkan device)" : "");
+    return th_failed ? 1 : th_skipped ? TH_SKIP : 0;
 }

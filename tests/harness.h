@@ -1,5 +1,7 @@
 /* harness.h - a tiny test harness: CHECK records a failure with file and line
- * and continues; test_main() returns non-zero if anything failed. */
+ * and continues; th_finish() returns non-zero if anything failed, and
+ * TH_SKIP (77, ctest's SKIP_RETURN_CODE) if nothing failed but a device the
+ * test needs was missing (th_require_vulkan). */
 #ifndef MN_TEST_HARNESS_H
 #define MN_TEST_HARNESS_H
 
@@ -36,7 +38,20 @@ void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((fo
                      b_, fabs(a_ - b_), (double)(tol));                                            \
     } while (0)
 
-/* Prints "N passed, N failed" and returns the exit code. */
+/* The exit code of a skipped test (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+#define TH_SKIP 77
+
+/* Opens the Vulkan device a test needs for its point. Returns it (close it
+ * with mn_device_close), or NULL when there is none (no driver, no device, a
+ * build without the backend): it then prints "SKIP: no Vulkan device:
+ * <reason>" and th_finish() returns TH_SKIP if nothing failed, so a test can
+ * still run its CPU checks first. With MN_REQUIRE_VULKAN=1 in the environment
+ * (`make test` sets it) a missing device is a failure instead, so that a
+ * machine that lost its driver cannot turn every Vulkan test into a skip. */
+mn_device *th_require_vulkan(void);
+
+/* Prints "N passed, N failed" and returns the exit code: 1 if anything failed,
+ * else TH_SKIP if a required device was missing, else 0. */
 int th_finish(const char *name);
 
 #endif

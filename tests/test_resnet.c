@@ -107,6 +107,9 @@ static mn_session *session(const mn_graph *g, mn_backend_kind be, mn_mode mode) 
 }
 
 int main(void) {
+    mn_device *probe = th_require_vulkan(); /* the sessions open their own */
+    if (!probe) return th_finish("test_resnet");
+    mn_device_close(probe);
     mn_graph *g = build(true);
     mn_session *s[2] = {session(g, MN_BACKEND_CPU, MN_MODE_TRAINING), session(g, MN_BACKEND_VULKAN, MN_MODE_TRAINING)};
     float loss[2][STEPS];
