@@ -1256,6 +1256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         z->null_graph = z->null_out = false;
     }
+    z->null_graph = z->null_out = false; /* a trailing query may have set them */
 
     /* training programs without a loss get one: the mean of the last f32
      * tensor (header bit 0x10 keeps them without) */
