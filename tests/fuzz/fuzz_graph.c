@@ -1155,8 +1155,77 @@ static void second_session(fz *z, mn_session_options o, bool training, bool save
     mn_session_destroy(b);
 }
 
+/* Every tracked output and the loss (if any) after the steps/runs of
+ * `pattern`, in one buffer: the observable result of a session. */
+static float *observe(fz *z, mn_session *s, bool training, uint8_t pattern, size_t *len) {
+    size_t n = 1;
+    for (int k = 0; k < z->noutputs; k++) n += z->outputs[k].numel > 0 ? (size_t)z->outputs[k].numel : 0;
+    for (int k = 0; k < z->nparams; k++) n += z->params[k].numel > 0 ? (size_t)z->params[k].numel : 0;
+    float *v = calloc(n, sizeof *v);
+    if (!v) abort();
+    bool ran = false;
+    set_inputs(z, s, true, 0);
+    for (int k = 0; k < 1 + (pattern & 1); k++) exec(z, s, training, training && !(pattern & (2 << k)), &ran);
+    size_t at = 1;
+    if (z->has_loss) FZ_EXPECT(mn_session_loss(s, &v[0]) == MN_OK, "loss: %s", mn_session_error(s));
+    for (int k = 0; k < z->noutputs; k++) {
+        const named *o = &z->outputs[k];
+        if (o->numel <= 0) continue;
+        mn_status st = mn_session_output(s, o->name, v + at, (size_t)o->numel * 4);
+        FZ_EXPECT(st == MN_OK, "output '%s': %s: %s", o->name, mn_status_str(st), mn_session_error(s));
+        at += (size_t)o->numel;
+    }
+    for (int k = 0; k < z->nparams; k++) {
+        const named *p = &z->params[k];
+        if (p->numel <= 0) continue;
+        mn_status st = mn_session_get_param(s, p->name, v + at, (size_t)p->numel);
+        FZ_EXPECT(st == MN_OK, "get_param '%s': %s: %s", p->name, mn_status_str(st), mn_session_error(s));
+        at += (size_t)p->numel;
+    }
+    *len = at;
+    return v;
+}
+
+/* Differential check of the scheduling and memory planning: the same graph
+ * with every tensor pinned as an output (no buffer reuse, no dead code) must
+ * compute bit-identical outputs, loss and updated parameters. */
+static void differential(fz *z, bool training) {
+    mn_session_options o = session_options(z, training);
+    mn_session *a = make_session(z, &o);
+    if (!a) return;
+    const uint64_t rng = z->rng;
+    const uint8_t pattern = z->h[8];
+    size_t na, nb;
+    float *va = observe(z, a, training, pattern, &na);
+    mn_session_destroy(a);
+    const int32_t n0 = z->count;
+    for (mn_tensor t = 0; t < n0; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "pin%d", t);
+        if (mn_graph_output(z->g, t, NULL) != MN_OK) (void)mn_graph_output(z->g, t, name);
+    }
+    mn_session *b = NULL;
+    mn_status st = mn_session_create(&b, z->g, &o);
+    FZ_EXPECT(st == MN_OK, "session_create with every tensor an output: %s: %s (without: ok)", mn_status_str(st),
+              mn_session_error(b));
+    z->rng = rng;
+    float *vb = observe(z, b, training, pattern, &nb);
+    mn_session_destroy(b);
+    FZ_EXPECT(na == nb, "differential: %zu vs %zu values", na, nb);
+    for (size_t i = 0; i < na; i++)
+        FZ_EXPECT(memcmp(&va[i], &vb[i], 4) == 0 || (isnan(va[i]) && isnan(vb[i])),
+                  "differential: value %zu is %.9g with buffer reuse, %.9g with every tensor pinned", i,
+                  (double)va[i], (double)vb[i]);
+    free(va);
+    free(vb);
+}
+
 static void run_session(fz *z) {
     const bool training = z->h[0] & 2;
+    if (z->h[0] & 0x20) {
+        differential(z, training);
+        return;
+    }
     mn_session_options o = session_options(z, training);
     mn_session *s = make_session(z, &o);
     if (!s) return;
