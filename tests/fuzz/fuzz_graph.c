@@ -1342,6 +1342,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     if ((z->h[0] & 0x80) && mn_graph_dump(z->g, devnull) != MN_OK) FZ_BUG("graph_dump");
+    if (g_trace) mn_graph_dump(z->g, stderr);
     if (z->h[0] & 0x40) bad_sessions(z);
     if ((z->h[0] & 1) && session_gate(z)) run_session(z);
     else if (g_trace) fprintf(stderr, "  no session (%s)\n", z->h[0] & 1 ? "over the size gate" : "header bit 0 clear");
