@@ -1083,6 +1083,40 @@ static void params_io(fz *z, mn_session *s, uint8_t how) {
     FZ_EXPECT(mn_session_get_param(s, "no such param", &f, 1) == MN_E_NOT_FOUND, "get_param of an unknown name");
 }
 
+/* Loads the checkpoint into sessions of a small fixed model whose parameter
+ * names overlap the fuzzer's (t0, t1, t2) with other shapes: any status, a
+ * message on failure, no crash. */
+static void load_elsewhere(fz *z, uint8_t how) {
+    static const int64_t s0[2] = {2, 1}, s1[2] = {3, 2}, s2[1] = {1};
+    mn_graph *h = NULL;
+    mn_tensor p0, p1, p2, l;
+    mn_init init = {MN_INIT_CONSTANT, 0.25f, 0};
+    FZ_EXPECT(mn_graph_create(&h) == MN_OK, "graph_create");
+    mn_status st = mn_graph_param(h, &p0, (how & 8) ? "t0" : "t5", 2, s0, init);
+    st = st ? st : mn_graph_param(h, &p1, "t1", 2, s1, init);
+    st = st ? st : mn_graph_param(h, &p2, "t2", 1, s2, init);
+    st = st ? st : mn_matmul(h, &l, p1, p0);
+    st = st ? st : mn_mean(h, &l, l, MN_ALL_AXES, false);
+    st = st ? st : mn_add(h, &l, l, p2);
+    st = st ? st : mn_mean(h, &l, l, MN_ALL_AXES, false);
+    st = st ? st : mn_graph_loss(h, l);
+    FZ_EXPECT(st == MN_OK, "the fixed model: %s", mn_graph_error(h));
+    for (int k = 0; k < 2; k++) {
+        mn_session_options o = mn_session_default_options();
+        o.mode = k ? MN_MODE_TRAINING : MN_MODE_INFERENCE;
+        o.optim = mn_optimizer_default((mn_optim_kind)((how >> 4) % 3));
+        mn_session *s = NULL;
+        FZ_EXPECT(mn_session_create(&s, h, &o) == MN_OK, "the fixed model's session: %s", mn_session_error(s));
+        st = mn_session_load(s, z->path);
+        FZ_EXPECT(st == MN_OK || mn_session_error(s)[0], "load elsewhere failed (%s) without a message",
+                  mn_status_str(st));
+        if (k) FZ_EXPECT(mn_session_step(s) == MN_OK, "step after a load elsewhere: %s", mn_session_error(s));
+        else FZ_EXPECT(mn_session_run(s) == MN_OK, "run after a load elsewhere: %s", mn_session_error(s));
+        mn_session_destroy(s);
+    }
+    mn_graph_destroy(h);
+}
+
 /* Save, scramble the parameters, load: the saved values come back. */
 static void save_load(fz *z, mn_session *s, uint8_t how) {
     if (how & 1) {
@@ -1118,6 +1152,7 @@ static void save_load(fz *z, mn_session *s, uint8_t how) {
     FZ_EXPECT(st == MN_OK || st == MN_E_NOT_FOUND || st == MN_E_INVALID, "checkpoint_meta: %s", mn_status_str(st));
     st = mn_checkpoint_meta(z->path, "format", val, sizeof val, NULL, 0);
     FZ_EXPECT(st == MN_OK && strcmp(val, "pt") == 0, "checkpoint_meta(format): %s", mn_status_str(st));
+    if (how & 0x40) load_elsewhere(z, how);
 }
 
 static void dumps(fz *z, mn_session *s, uint8_t how) {
