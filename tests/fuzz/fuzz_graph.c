@@ -27,6 +27,7 @@
  * Build: clang -fsanitize=fuzzer,address,undefined (-DMN_FUZZ=ON); run with
  * tests/fuzz/run_fuzz.sh; tests/test_fuzz_graph_corpus.c replays the corpus.
  */
+#define _GNU_SOURCE /* fopencookie: a FILE that counts the lines of a graph dump */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -47,6 +48,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FZ_MAX_TOTAL (1 << 15)      /* session gate: elements of all tensors */
 #define FZ_MAX_DATA 4096            /* largest constant / fold_batch_norm buffer */
 #define FZ_MAX_TRACK 32
+#define FZ_MAX_POOL 256             /* tensor handles the program can refer to */
+#define FZ_COUNT_LIMIT 160          /* graphs up to this many nodes are counted after each call */
 #define FZ_MAX_SESSION_ACTIONS 24
 #define FZ_NOPS (15 + 31) /* opcodes: 15 source/marker/misc + 31 op_compute cases */
 
@@ -77,13 +80,18 @@ typedef struct fz {
     uint64_t rng;
     int specials; /* 0..3: how often data holds NaN/Inf/huge values */
     mn_graph *g;
-    int32_t count; /* tensors of g */
-    uint8_t i32[FZ_MAX_NODES]; /* per tensor id: holds i32 (labels, ids, positions) */
+    int32_t count;  /* nodes of g (from its dump), -1 if not known */
+    mn_tensor pool[FZ_MAX_POOL]; /* the handles the API returned, oldest first */
+    uint8_t pool_i32[FZ_MAX_POOL]; /* holds i32 (labels, ids, positions) */
+    int npool;
+    mn_graph *g2;       /* another graph: its handle is foreign to g */
+    mn_tensor foreign;
     int64_t vocab[4];
     bool null_graph, null_out; /* the next constructor gets g = NULL / out = NULL */
     named inputs[FZ_MAX_TRACK], params[FZ_MAX_TRACK], outputs[FZ_MAX_TRACK];
     int ninputs, nparams, noutputs;
     bool has_loss;
+    mn_nonfinite policy; /* of the sessions being run */
     FILE *devnull;
     char path[64];
 } fz;
@@ -137,28 +145,44 @@ static int32_t rank_of(fz *z, mn_tensor t, int64_t shape[MN_MAX_RANK]) {
     return r;
 }
 
-/* A tensor id: mostly a recent tensor, sometimes one that is not. */
+/* A tensor handle: mostly a recent one, sometimes one that is not a handle
+ * of g (absent, negative, huge, small integers, another graph's, the last
+ * handle plus one). */
 static mn_tensor pick(fz *z) {
-    static const mn_tensor bad[8] = {MN_NONE, -2, INT32_MIN, INT32_MAX, 0, 0, 1, 1 << 20};
+    static const mn_tensor bad[8] = {MN_NONE, -2, INT32_MIN, INT32_MAX, 0, 1, 1 << 20, 0};
     uint8_t b = u8(z);
-    if (b < 0xF0) return z->count ? z->count - 1 - (mn_tensor)(b % (unsigned)z->count) : 0;
-    if ((b & 7) == 4) return z->count; /* the next id: not a tensor yet */
+    if (b < 0xF0) return z->npool ? z->pool[z->npool - 1 - (int)(b % (unsigned)z->npool)] : MN_NONE;
+    if ((b & 7) == 7) return z->foreign;
+    if ((b & 15) == 8 && z->npool) return z->pool[z->npool - 1] + 1;
     return bad[b & 7];
 }
-static bool is_i32(const fz *z, mn_tensor t) { return t >= 0 && t < z->count && t < FZ_MAX_NODES && z->i32[t]; }
+static int pool_index(const fz *z, mn_tensor t) {
+    for (int k = z->npool - 1; k >= 0; k--)
+        if (z->pool[k] == t) return k;
+    return -1;
+}
+static bool is_i32(const fz *z, mn_tensor t) {
+    int k = pool_index(z, t);
+    return k >= 0 && z->pool_i32[k];
+}
+static void add_pool(fz *z, mn_tensor t, bool i32) {
+    if (z->npool >= FZ_MAX_POOL || pool_index(z, t) >= 0) return;
+    z->pool_i32[z->npool] = i32;
+    z->pool[z->npool++] = t;
+}
 
 /* A tensor of the wanted kind (i32 or f32), most recent first; any tensor
  * (pick) for bytes >= 0xF0 or when there is none of that kind. */
 static mn_tensor pick_kind(fz *z, bool want_i32) {
     uint8_t b = z->i < z->n ? z->p[z->i] : 0;
     if (b >= 0xF0) return pick(z);
-    int32_t cand = 0;
-    for (mn_tensor t = 0; t < z->count; t++) cand += is_i32(z, t) == want_i32;
+    int cand = 0;
+    for (int k = 0; k < z->npool; k++) cand += z->pool_i32[k] == want_i32;
     if (!cand) return pick(z);
     z->i += z->i < z->n;
-    int32_t k = (int32_t)(b % (unsigned)cand);
-    for (mn_tensor t = z->count - 1; t >= 0; t--)
-        if (is_i32(z, t) == want_i32 && k-- == 0) return t;
+    int j = (int)(b % (unsigned)cand);
+    for (int k = z->npool - 1; k >= 0; k--)
+        if (z->pool_i32[k] == want_i32 && j-- == 0) return z->pool[k];
     return MN_NONE;
 }
 static mn_tensor pick_i32(fz *z) { return pick_kind(z, true); }
@@ -175,7 +199,7 @@ static mn_tensor pick_opt_i32(fz *z) {
 static mn_tensor pick_opt(fz *z) {
     uint8_t b = u8(z);
     if (b >= 0xC0) return MN_NONE;
-    return z->count ? z->count - 1 - (mn_tensor)(b % (unsigned)z->count) : 0;
+    return z->npool ? z->pool[z->npool - 1 - (int)(b % (unsigned)z->npool)] : MN_NONE;
 }
 /* -4..4 and MN_ALL_AXES, or hostile. */
 static int pick_axis(fz *z) {
@@ -193,9 +217,9 @@ static int64_t gen_dim(fz *z) {
     switch (d >> 6) {
     case 0: case 1: return z->vocab[d & 3];
     case 2: {
-        if (!z->count) return z->vocab[d & 3];
+        if (!z->npool) return z->vocab[d & 3];
         int64_t s[MN_MAX_RANK];
-        int r = rank_of(z, z->count - 1 - (mn_tensor)((d & 0x3f) % (unsigned)z->count), s);
+        int r = rank_of(z, z->pool[z->npool - 1 - (int)((d & 0x3f) % (unsigned)z->npool)], s);
         uint8_t a = u8(z);
         return r > 0 ? s[a % r] : 1;
     }
@@ -331,15 +355,28 @@ static void track(named *arr, int *n, const char *name, mn_tensor t, mn_dtype dt
 
 static bool g_trace; /* MN_FUZZ_TRACE set: print every call and its status */
 
-static void refresh_count(fz *z) {
-    int r;
-    while (mn_tensor_shape(z->g, z->count, &r, NULL) == MN_OK) z->count++;
+/* Nodes of g, from its dump (one line per node); -1 above FZ_COUNT_LIMIT
+ * (counting every call would dominate the run time of big graphs). */
+static ssize_t count_lines(void *cookie, const char *buf, size_t len) {
+    int32_t *n = cookie;
+    for (size_t k = 0; k < len; k++) *n += buf[k] == '\n';
+    return (ssize_t)len;
 }
+static int32_t node_count(fz *z) {
+    int32_t n = 0;
+    cookie_io_functions_t io = {NULL, count_lines, NULL, NULL};
+    FILE *f = fopencookie(&n, "w", io);
+    if (!f) abort();
+    FZ_EXPECT(mn_graph_dump(z->g, f) == MN_OK, "graph_dump");
+    fclose(f);
+    return n;
+}
+static void refresh_count(fz *z) { z->count = z->count >= 0 && z->count <= FZ_COUNT_LIMIT ? node_count(z) : -1; }
 
 static void check_tensor(fz *z, mn_tensor t, const char *what) {
     int r = -1;
     int64_t s[MN_MAX_RANK];
-    FZ_EXPECT(t >= 0 && t < z->count, "%s: returned tensor %d, graph has %d", what, t, z->count);
+    FZ_EXPECT(t != MN_NONE, "%s: returned MN_NONE", what);
     FZ_EXPECT(mn_tensor_shape(z->g, t, &r, s) == MN_OK && r >= 0 && r <= MN_MAX_RANK, "%s: rank %d", what, r);
     uint64_t e = 1;
     for (int i = 0; i < r; i++) {
@@ -357,21 +394,25 @@ static void after_call(fz *z, const char *what, mn_status st, int32_t before, co
     if (g_trace)
         fprintf(stderr, "  %s%s%s -> %s %s (tensors %d -> %d)\n", what, had_graph ? "" : " [g NULL]",
                 z->null_out ? " [out NULL]" : "", mn_status_str(st), st ? mn_graph_error(z->g) : "", before, z->count);
-    FZ_EXPECT(st <= 0 && st >= MN_E_STATE, "%s: status %d is not an mn_status", what, st);
+    FZ_EXPECT(st <= 0 && st >= MN_E_NONFINITE, "%s: status %d is not an mn_status", what, st);
     FZ_EXPECT(strlen(mn_status_str(st)) > 0, "%s: status name", what);
+    const bool counted = before >= 0 && z->count >= 0;
     if (!had_graph) {
         FZ_EXPECT(st == MN_E_INVALID, "%s with g = NULL: %s", what, mn_status_str(st));
-        FZ_EXPECT(z->count == before, "%s with g = NULL changed the graph", what);
+        FZ_EXPECT(!counted || z->count == before, "%s with g = NULL changed the graph", what);
         return;
     }
     if (z->null_out) FZ_EXPECT(st != MN_OK, "%s accepted out = NULL", what);
     if (st != MN_OK) {
-        FZ_EXPECT(z->count == before, "%s failed (%s: %s) but the graph grew from %d to %d tensors", what,
+        FZ_EXPECT(!counted || z->count == before, "%s failed (%s: %s) but the graph grew from %d to %d nodes", what,
                   mn_status_str(st), mn_graph_error(z->g), before, z->count);
         FZ_EXPECT(mn_graph_error(z->g)[0] != 0, "%s failed (%s) without a message", what, mn_status_str(st));
         return;
     }
-    for (int k = 0; k < nout; k++) check_tensor(z, outs[k], what);
+    for (int k = 0; k < nout; k++) {
+        check_tensor(z, outs[k], what);
+        add_pool(z, outs[k], false);
+    }
 }
 
 /* ---- instructions ------------------------------------------------------------ */
@@ -418,7 +459,7 @@ static void op_source(fz *z, int kind) {
         st = mn_graph_input(G, OUT, name, dt, rank, sh);
         if (st == MN_OK && !z->null_out) {
             track(z->inputs, &z->ninputs, name, out, dt, numel_of(rank, sh, 1 << 30));
-            if (dt == MN_I32 && out >= 0 && out < FZ_MAX_NODES) z->i32[out] = 1;
+            if (dt == MN_I32 && pool_index(z, out) < 0) add_pool(z, out, true);
         }
         break;
     }
@@ -834,7 +875,7 @@ static void op_compute(fz *z, uint8_t opc, bool auto_out) {
     }
     after_call(z, what, st, before, &out, st == MN_OK && !z->null_out ? 1 : 0, hg);
     if (st != MN_OK || z->null_out || !hg) return;
-    if (keep_kind != MN_NONE && out < FZ_MAX_NODES) z->i32[out] = is_i32(z, keep_kind);
+    if (keep_kind != MN_NONE && is_i32(z, keep_kind)) z->pool_i32[pool_index(z, out)] = 1;
     if (auto_out) mark_output(z, out);
 }
 
@@ -870,8 +911,8 @@ static void op_query(fz *z) {
     case 0:
         st = mn_tensor_shape(z->g, t, &r, (k & 8) ? NULL : s);
         FZ_EXPECT(st == MN_OK || st == MN_E_INVALID, "tensor_shape: %s", mn_status_str(st));
-        FZ_EXPECT((st == MN_OK) == (t >= 0 && t < z->count), "tensor_shape(%d) of %d tensors: %s", t, z->count,
-                  mn_status_str(st));
+        if (pool_index(z, t) >= 0) FZ_EXPECT(st == MN_OK, "tensor_shape(%d): %s", t, mn_status_str(st));
+        if (t == MN_NONE || t == z->foreign) FZ_EXPECT(st == MN_E_INVALID, "tensor_shape(%d) accepted", t);
         break;
     case 1:
         FZ_EXPECT(mn_tensor_shape(z->g, t, NULL, s) == MN_E_INVALID, "tensor_shape with rank NULL");
@@ -911,11 +952,11 @@ static void op_query(fz *z) {
 
 /* Sizes fit the gate: every tensor small, few in all. */
 static bool session_gate(fz *z) {
-    if (z->count == 0 || z->count > FZ_MAX_NODES) return false;
+    if (z->npool == 0 || node_count(z) > FZ_MAX_NODES) return false;
     int64_t total = 0;
-    for (mn_tensor t = 0; t < z->count; t++) {
+    for (int k = 0; k < z->npool; k++) {
         int64_t s[MN_MAX_RANK];
-        int r = rank_of(z, t, s);
+        int r = rank_of(z, z->pool[k], s);
         int64_t e = numel_of(r, s, FZ_MAX_NUMEL);
         if (e < 0) return false;
         total += e;
@@ -953,6 +994,8 @@ static mn_session_options session_options(fz *z, bool training) {
         o.optim.min_lr = (h[6] & 0x40) ? o.optim.lr / 2 : 0.0f;
     }
     o.seed = h[7];
+    o.nonfinite = (mn_nonfinite)((h[8] >> 4) & 3);
+    if (o.nonfinite == 3) o.nonfinite = (mn_nonfinite)(h[8] & 0x40 ? -1 : 7);
     if (h[13] == 0xFD) o.backend = MN_BACKEND_VULKAN;
     if (h[13] == 0xFE) o.backend = (mn_backend_kind)7;
     if (h[13] == 0xFF) o.mode = (mn_mode)3;
@@ -960,12 +1003,14 @@ static mn_session_options session_options(fz *z, bool training) {
 }
 
 static bool options_sane(const mn_session_options *o) {
-    return o->backend == MN_BACKEND_CPU && (o->mode == MN_MODE_INFERENCE || o->mode == MN_MODE_TRAINING);
+    return o->backend == MN_BACKEND_CPU && (o->mode == MN_MODE_INFERENCE || o->mode == MN_MODE_TRAINING) &&
+           o->nonfinite >= MN_NONFINITE_SKIP && o->nonfinite <= MN_NONFINITE_UNCHECKED;
 }
 
 /* Creation fails only for the documented reasons; returns the session or NULL. */
 static mn_session *make_session(fz *z, const mn_session_options *o) {
     mn_session *s = NULL;
+    z->policy = o->nonfinite;
     mn_status st = mn_session_create(&s, z->g, o);
     if (g_trace)
         fprintf(stderr, "  session_create(%s) -> %s %s\n", o->mode == MN_MODE_TRAINING ? "training" : "inference",
@@ -980,7 +1025,8 @@ static mn_session *make_session(fz *z, const mn_session_options *o) {
               "session_create: %s: %s", mn_status_str(st), msg);
     FZ_EXPECT(strncmp(msg, "cpu:", 4) != 0 && !strstr(msg, "memory plan"), "session_create: internal error: %s",
               msg);
-    if (st == MN_E_INVALID && options_sane(o) && o->mode == MN_MODE_INFERENCE)
+    if (st == MN_E_INVALID && options_sane(o) && o->mode == MN_MODE_INFERENCE &&
+        !strstr(msg, "a checkpoint of this model needs a safetensors header"))
         FZ_BUG("session_create (inference, valid options): %s: %s", mn_status_str(st), msg);
     FZ_EXPECT(mn_session_step(s) == MN_E_STATE && mn_session_run(s) == MN_E_STATE, "a dead session ran");
     mn_session_destroy(s);
@@ -1008,14 +1054,40 @@ static void set_inputs(fz *z, mn_session *s, bool exact_only, uint8_t how) {
     FZ_EXPECT(mn_session_set_input(s, NULL, "abcd", 4) != MN_OK, "set_input(NULL name)");
 }
 
+static float **get_params(fz *z, mn_session *s);
+static void free_params(fz *z, float **v);
+
+/* One step or run. A step succeeds or, with the non-finite check on, reports
+ * MN_E_NONFINITE; a skipped step leaves the parameters and the step count
+ * as they were. */
 static void exec(fz *z, mn_session *s, bool training, bool step, bool *ran) {
+    const bool checked = z->policy != MN_NONFINITE_UNCHECKED;
+    float **before = step && training && z->policy == MN_NONFINITE_SKIP ? get_params(z, s) : NULL;
+    const int64_t steps = mn_session_step_count(s);
     mn_status st = step ? mn_session_step(s) : mn_session_run(s);
     if (g_trace) fprintf(stderr, "  %s -> %s %s\n", step ? "step" : "run", mn_status_str(st), st ? mn_session_error(s) : "");
     if (step && !training) {
         FZ_EXPECT(st == MN_E_STATE, "step on an inference session: %s", mn_status_str(st));
         return;
     }
-    FZ_EXPECT(st == MN_OK, "%s: %s: %s", step ? "step" : "run", mn_status_str(st), mn_session_error(s));
+    if (step && checked && st == MN_E_NONFINITE) {
+        FZ_EXPECT(mn_session_error(s)[0], "MN_E_NONFINITE without a message");
+        const bool skip = z->policy == MN_NONFINITE_SKIP;
+        FZ_EXPECT(mn_session_step_count(s) == steps + !skip, "step count %lld after a non-finite step (was %lld)",
+                  (long long)mn_session_step_count(s), (long long)steps);
+        if (skip) {
+            float **after = get_params(z, s);
+            for (int k = 0; k < z->nparams; k++)
+                if (before[k])
+                    FZ_EXPECT(memcmp(before[k], after[k], (size_t)z->params[k].numel * 4) == 0,
+                              "param '%s' changed in a skipped (non-finite) step", z->params[k].name);
+            free_params(z, after);
+        }
+    } else {
+        FZ_EXPECT(st == MN_OK, "%s: %s: %s", step ? "step" : "run", mn_status_str(st), mn_session_error(s));
+        if (step) FZ_EXPECT(mn_session_step_count(s) == steps + 1, "step count did not advance");
+    }
+    free_params(z, before);
     *ran = true;
     float loss = 0;
     st = mn_session_loss(s, &loss);
@@ -1233,11 +1305,10 @@ static void differential(fz *z, bool training) {
     size_t na, nb;
     float *va = observe(z, a, training, pattern, &na);
     mn_session_destroy(a);
-    const int32_t n0 = z->count;
-    for (mn_tensor t = 0; t < n0; t++) {
+    for (int k = 0; k < z->npool; k++) {
         char name[32];
-        snprintf(name, sizeof name, "pin%d", t);
-        if (mn_graph_output(z->g, t, NULL) != MN_OK) (void)mn_graph_output(z->g, t, name);
+        snprintf(name, sizeof name, "pin%d", k);
+        if (mn_graph_output(z->g, z->pool[k], NULL) != MN_OK) (void)mn_graph_output(z->g, z->pool[k], name);
     }
     mn_session *b = NULL;
     mn_status st = mn_session_create(&b, z->g, &o);
@@ -1339,6 +1410,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     z->specials = z->h[14] & 3;
     for (int k = 0; k < 4; k++) z->vocab[k] = 1 + z->h[9 + k] % 8;
     if (mn_graph_create(&z->g) != MN_OK || !z->g) abort();
+    if (mn_graph_create(&z->g2) != MN_OK || !z->g2) abort();
+    if (mn_graph_input(z->g2, &z->foreign, "foreign", MN_F32, 1, (const int64_t[]){2}) != MN_OK) abort();
 
     for (int k = 0; k < FZ_MAX_INSNS && more(z); k++) {
         uint8_t op = u8(z);
@@ -1364,15 +1437,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* training programs without a loss get one: the mean of the last f32
      * tensor (header bit 0x10 keeps them without) */
-    if ((z->h[0] & 2) && !(z->h[0] & 0x10) && !z->has_loss && z->count > 0) {
-        mn_tensor t = z->count - 1, l = MN_NONE;
-        while (t > 0 && is_i32(z, t)) t--;
+    if ((z->h[0] & 2) && !(z->h[0] & 0x10) && !z->has_loss && z->npool > 0) {
+        int k = z->npool - 1;
+        while (k > 0 && z->pool_i32[k]) k--;
+        mn_tensor l = MN_NONE;
         int32_t before = z->count;
-        mn_status st = mn_mean(z->g, &l, t, MN_ALL_AXES, false);
+        mn_status st = mn_mean(z->g, &l, z->pool[k], MN_ALL_AXES, false);
         after_call(z, "mean (automatic loss)", st, before, &l, st == MN_OK, true);
         if (st == MN_OK) {
+            before = z->count;
             st = mn_graph_loss(z->g, l);
-            after_call(z, "graph_loss (automatic)", st, before + 1, NULL, 0, true);
+            after_call(z, "graph_loss (automatic)", st, before, NULL, 0, true);
             z->has_loss = st == MN_OK;
         }
     }
@@ -1383,6 +1458,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     else if (g_trace) fprintf(stderr, "  no session (%s)\n", z->h[0] & 1 ? "over the size gate" : "header bit 0 clear");
 
     mn_graph_destroy(z->g);
+    mn_graph_destroy(z->g2);
     for (int k = 0; k < z->ninputs; k++) free(z->inputs[k].name);
     for (int k = 0; k < z->nparams; k++) free(z->params[k].name);
     for (int k = 0; k < z->noutputs; k++) free(z->outputs[k].name);
