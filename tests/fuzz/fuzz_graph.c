@@ -1208,6 +1208,17 @@ static void save_load(fz *z, mn_session *s, uint8_t how) {
     params_io(z, s, 0); /* scramble */
     int64_t steps = mn_session_step_count(s);
     st = mn_session_load(s, z->path);
+    if (st == MN_E_FORMAT && strstr(mn_session_error(s), "the run that saved it diverged")) {
+        /* loading refuses NaN and infinity: fine if something saved held
+         * one (a parameter we can see, or optimizer state when steps may
+         * apply non-finite updates) */
+        bool nonfinite = z->policy != MN_NONFINITE_SKIP;
+        for (int k = 0; k < z->nparams; k++)
+            for (int64_t i = 0; before[k] && i < z->params[k].numel; i++) nonfinite |= !isfinite(before[k][i]);
+        FZ_EXPECT(nonfinite, "load refused finite values: %s", mn_session_error(s));
+        free_params(z, before);
+        return;
+    }
     FZ_EXPECT(st == MN_OK, "load of the checkpoint just saved: %s: %s", mn_status_str(st), mn_session_error(s));
     float **after = get_params(z, s);
     for (int k = 0; k < z->nparams; k++)
