@@ -1210,9 +1210,10 @@ static void save_load(fz *z, mn_session *s, uint8_t how) {
     st = mn_session_load(s, z->path);
     if (st == MN_E_FORMAT && strstr(mn_session_error(s), "the run that saved it diverged")) {
         /* loading refuses NaN and infinity: fine if something saved held
-         * one (a parameter we can see, or optimizer state when steps may
-         * apply non-finite updates) */
-        bool nonfinite = z->policy != MN_NONFINITE_SKIP;
+         * one (a parameter we can see, or optimizer state: steps that may
+         * apply non-finite updates, or Adam's v overflowing f32 for huge
+         * weights with L2 weight decay, all gradients finite) */
+        bool nonfinite = z->policy != MN_NONFINITE_SKIP || strstr(mn_session_error(s), "tensor 'optim.");
         for (int k = 0; k < z->nparams; k++)
             for (int64_t i = 0; before[k] && i < z->params[k].numel; i++) nonfinite |= !isfinite(before[k][i]);
         FZ_EXPECT(nonfinite, "load refused finite values: %s", mn_session_error(s));
