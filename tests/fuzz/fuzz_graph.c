@@ -11,8 +11,8 @@
  * ids, NULL pointers, negative/huge sizes, bad axes, NaN/Inf floats, odd
  * names). Opcode 0xFF ends the program; the bytes after it drive the session
  * (set inputs of right or wrong sizes, step, run, loss, outputs, parameters,
- * save/load round trips through a /tmp file, dumps, a second session on a
- * shared device); with no such bytes a default script runs.
+ * save/load round trips through a file in /dev/shm or /tmp, dumps, a second
+ * session on a shared device); with no such bytes a default script runs.
  * Every status may be an error; what the API promises is checked and a
  * broken promise aborts (a crash for libFuzzer, a failure for the replay
  * test): a failing constructor leaves the graph unchanged with a message, a
@@ -1413,7 +1413,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz zz, *z = &zz;
     memset(z, 0, sizeof *z);
     z->devnull = devnull;
-    snprintf(z->path, sizeof z->path, "/tmp/mn-fuzz-graph-%ld.safetensors", (long)getpid());
+    /* checkpoints on a tmpfs when there is one: a save syncs to disk */
+    static const char *dir;
+    if (!dir) dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(z->path, sizeof z->path, "%s/mn-fuzz-graph-%ld.safetensors", dir, (long)getpid());
     for (size_t k = 0; k < FZ_HEADER; k++) z->h[k] = k < size ? data[k] : 0;
     z->p = data;
     z->n = size;
