@@ -1045,7 +1045,9 @@ static void set_inputs(fz *z, mn_session *s, bool exact_only, uint8_t how) {
         if (!buf) abort();
         fill(z, buf, bytes, in->dt);
         mn_status st = mn_session_set_input(s, in->name, v == 3 ? NULL : buf, bytes);
-        if (v == 0) FZ_EXPECT(st == MN_OK, "set_input '%s' (%zu bytes): %s: %s", in->name, bytes, mn_status_str(st), mn_session_error(s));
+        if (v == 0)
+            FZ_EXPECT(st == MN_OK, "set_input '%s' (%zu bytes): %s: %s", in->name, bytes, mn_status_str(st),
+                      mn_session_error(s));
         else FZ_EXPECT(st != MN_OK, "set_input '%s' accepted %zu bytes (want %lld) or NULL data", in->name, bytes,
                        (long long)in->numel * 4);
         free(buf);
@@ -1065,7 +1067,8 @@ static void exec(fz *z, mn_session *s, bool training, bool step, bool *ran) {
     float **before = step && training && z->policy == MN_NONFINITE_SKIP ? get_params(z, s) : NULL;
     const int64_t steps = mn_session_step_count(s);
     mn_status st = step ? mn_session_step(s) : mn_session_run(s);
-    if (g_trace) fprintf(stderr, "  %s -> %s %s\n", step ? "step" : "run", mn_status_str(st), st ? mn_session_error(s) : "");
+    if (g_trace)
+        fprintf(stderr, "  %s -> %s %s\n", step ? "step" : "run", mn_status_str(st), st ? mn_session_error(s) : "");
     if (step && !training) {
         FZ_EXPECT(st == MN_E_STATE, "step on an inference session: %s", mn_status_str(st));
         return;
@@ -1147,7 +1150,8 @@ static void params_io(fz *z, mn_session *s, uint8_t how) {
         fill(z, buf, cnt * 4, MN_F32);
         mn_status st = (how & 0x80) ? mn_session_get_param(s, p->name, v == 3 ? NULL : buf, cnt)
                                     : mn_session_set_param(s, p->name, v == 3 ? NULL : buf, cnt);
-        if (v == 0) FZ_EXPECT(st == MN_OK, "get/set_param '%s': %s: %s", p->name, mn_status_str(st), mn_session_error(s));
+        if (v == 0)
+            FZ_EXPECT(st == MN_OK, "get/set_param '%s': %s: %s", p->name, mn_status_str(st), mn_session_error(s));
         else FZ_EXPECT(st != MN_OK, "get/set_param '%s' accepted a wrong buffer", p->name);
         free(buf);
     }
@@ -1347,6 +1351,14 @@ static void run_session(fz *z) {
     mn_session_options o = session_options(z, training);
     mn_session *s = make_session(z, &o);
     if (!s) return;
+    if ((z->h[15] & 0x80) && z->npool) { /* the session has its own copy: later graph edits do not reach it */
+        mn_tensor t = MN_NONE;
+        if (mn_neg(z->g, &t, z->pool[z->npool - 1]) == MN_OK && mn_graph_output(z->g, t, "late.out") == MN_OK) {
+            size_t n = 0;
+            FZ_EXPECT(mn_session_numel(s, "late.out", &n) == MN_E_NOT_FOUND,
+                      "a graph edit after session_create reached the session");
+        }
+    }
     bool ran = false, saved = false;
     if (!more(z)) { /* the default script */
         set_inputs(z, s, true, 0);
