@@ -7,19 +7,28 @@
  * often fit). Then one instruction per opcode byte, each calling one API
  * function with operands and attributes read from the following bytes: every
  * graph constructor of meganeura.h (sources, markers, every op, the
- * composites, mn_fold_batch_norm), with hostile values mixed in (bad tensor
- * ids, NULL pointers, negative/huge sizes, bad axes, NaN/Inf floats, odd
- * names). Opcode 0xFF ends the program; the bytes after it drive the session
- * (set inputs of right or wrong sizes, step, run, loss, outputs, parameters,
- * save/load round trips through a file in /dev/shm or /tmp, dumps, a second
- * session on a shared device); with no such bytes a default script runs.
+ * composites, mn_fold_batch_norm), with hostile values mixed in (handles
+ * that are absent, made up or another graph's, NULL pointers, negative/huge
+ * sizes, bad axes, NaN/Inf floats, odd names). Operands are picked from the
+ * handles the API returned (recent ones first; i32 ones where labels, ids or
+ * positions go). Training programs without a loss get mean(last tensor).
+ * Opcode 0xFF ends the program; the bytes after it drive the session (set
+ * inputs of right or wrong sizes, step, run, loss, outputs, parameters,
+ * save/load round trips through a file in /dev/shm or /tmp, loads into
+ * another model, dumps, a second session on a shared device); with no such
+ * bytes a default script runs. Header bit 0x20 runs the differential check
+ * instead: the graph again with every tensor pinned as an output (no buffer
+ * reuse, no dead code) must give bit-identical outputs, loss and parameters.
  * Every status may be an error; what the API promises is checked and a
  * broken promise aborts (a crash for libFuzzer, a failure for the replay
  * test): a failing constructor leaves the graph unchanged with a message, a
  * successful one returns a valid tensor; session creation fails only for the
- * documented reasons; step/run on a created session succeed; reads of the
- * right size succeed; a checkpoint just saved loads back and restores the
- * parameters bit for bit.
+ * documented reasons; step/run on a created session succeed (or report a
+ * non-finite step, which under the skip policy changes no parameter and no
+ * step count); reads of the right size succeed; a checkpoint just saved
+ * loads back and restores the parameters bit for bit. MN_ASSERT aborts, so
+ * an internal invariant broken is a crash too. MN_FUZZ_TRACE=1 prints every
+ * call, its status and the graph (for reading a crash).
  *
  * Does not: use internal headers, run the Vulkan backend, or build sessions
  * for graphs with big tensors (the gate below keeps each run fast; a graph
@@ -41,6 +50,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The input, for writing regression inputs by hand (MN_FUZZ_TRACE shows
+ * what a file does). Header bytes:
+ *   h[0]  flags: 0x01 run a session, 0x02 training, 0x04 save/load (default
+ *         script), 0x08 dumps, 0x10 no automatic loss, 0x20 differential
+ *         check, 0x40 refused sessions, 0x80 graph dump
+ *   h[1]  optimizer: kind = bits 0-1 (3: AdamW, or unknown with 0x80),
+ *         0x04 nesterov, 0x08 clipping (norm from h[5]), 0x10 warm-up cosine
+ *         (0x40: an unknown schedule); h[2] lr, h[3] momentum/beta1,
+ *         h[4] weight decay (odd) or eps (even): pick_f bytes, 0 = default
+ *   h[6]  warm-up steps (bits 0-2), total steps (bits 3-5), 0x40 min_lr
+ *   h[7]  seed of parameters and data; h[8] steps/runs of the default
+ *         script (bits 0-3), non-finite policy (bits 4-5)
+ *   h[9..12] the dimension vocabulary (1 + h % 8); h[13] 0xFD..0xFF bad
+ *         backend/mode; h[14] data specials (bits 0-1), save/load variants;
+ *         h[15] dump variants, 0x80 edit the graph after session_create
+ * Then instructions, opcode % FZ_NOPS: 0-2 f32 input, 3 i32 input, 4-5
+ * param, 6 constant, 7 scalar, 8 state, 9 output, 10 loss, 11 lr_mult or
+ * freeze (opcode / FZ_NOPS odd), 12 fold_batch_norm, 13 query (may make the
+ * next call get g or out NULL), 14 param shaped for a tensor, 15 + k: case k
+ * of op_compute (an odd opcode / FZ_NOPS also marks the result an output).
+ * 0xFF ends the program; session actions follow (run_session). */
 #define FZ_HEADER 16
 #define FZ_MAX_INSNS 48
 #define FZ_MAX_NODES 400            /* session gate: nodes of the user graph */
