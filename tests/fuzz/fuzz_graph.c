@@ -60,8 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  *         (0x40: an unknown schedule); h[2] lr, h[3] momentum/beta1,
  *         h[4] weight decay (odd) or eps (even): pick_f bytes, 0 = default
  *   h[6]  warm-up steps (bits 0-2), total steps (bits 3-5), 0x40 min_lr
- *   h[7]  seed of parameters and data; h[8] steps/runs of the default
- *         script (bits 0-3), non-finite policy (bits 4-5)
+ *   h[7]  seed of parameters and data; h[8] the default script's execs
+ *         (1 + bits 0-1; bit 2+k set: exec k is a run, not a step), the
+ *         non-finite policy (bits 4-5)
  *   h[9..12] the dimension vocabulary (1 + h % 8); h[13] 0xFD..0xFF bad
  *         backend/mode; h[14] data specials (bits 0-1), save/load variants;
  *         h[15] dump variants, 0x80 edit the graph after session_create
