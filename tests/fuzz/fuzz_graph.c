@@ -121,7 +121,7 @@ typedef struct fz {
     bool null_graph, null_out; /* the next constructor gets g = NULL / out = NULL */
     named inputs[FZ_MAX_TRACK], params[FZ_MAX_TRACK], outputs[FZ_MAX_TRACK];
     int ninputs, nparams, noutputs;
-    bool has_loss;
+    bool has_loss, has_dropout;
     mn_nonfinite policy; /* of the sessions being run */
     FILE *devnull;
     char path[64];
@@ -751,9 +751,11 @@ static void op_compute(fz *z, uint8_t opc, bool auto_out) {
         if (pick_bool(z)) {
             what = "dropout";
             st = mn_dropout(G, OUT, x, p, seed);
+            z->has_dropout |= st == MN_OK;
         } else {
             what = "dropout_ex";
             st = mn_dropout_ex(G, OUT, x, p, seed, pick_i32(z));
+            z->has_dropout |= st == MN_OK;
         }
         break;
     }
@@ -1352,6 +1354,25 @@ static void differential(fz *z, bool training) {
     size_t na, nb;
     float *va = observe(z, a, training, pattern, &na);
     mn_session_destroy(a);
+    if (training && !(pattern & 1) && !z->has_dropout) {
+        /* one training step's forward pass equals an inference run (the
+         * parameters start equal; dropout is the only op that differs) */
+        mn_session_options oi = o;
+        oi.mode = MN_MODE_INFERENCE;
+        mn_session *c = make_session(z, &oi);
+        FZ_EXPECT(c != NULL, "an inference session of a graph that trains");
+        size_t nc, nfwd = 1;
+        for (int k = 0; k < z->noutputs; k++) nfwd += z->outputs[k].numel > 0 ? (size_t)z->outputs[k].numel : 0;
+        z->rng = rng;
+        float *vc = observe(z, c, false, 0, &nc);
+        mn_session_destroy(c);
+        z->policy = o.nonfinite;
+        for (size_t i = 0; i < nfwd && i < nc && i < na; i++)
+            FZ_EXPECT(memcmp(&va[i], &vc[i], 4) == 0 || (isnan(va[i]) && isnan(vc[i])),
+                      "differential: value %zu is %.9g in a training step, %.9g in an inference run", i,
+                      (double)va[i], (double)vc[i]);
+        free(vc);
+    }
     for (int k = 0; k < z->npool; k++) {
         char name[32];
         snprintf(name, sizeof name, "pin%d", k);
