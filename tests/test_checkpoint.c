@@ -18,7 +18,8 @@
 #define HID 5
 #define OUT 3
 
-static mn_graph *mlp(void) {
+/* frozen: every parameter frozen (no optimizer state) */
+static mn_graph *mlp_ex(bool frozen) {
     mn_graph *g;
     mn_tensor x, y, w1, b1, w2, b2, h, lg, loss;
     mn_init k = {MN_INIT_KAIMING_UNIFORM, 0, 0}, n = {MN_INIT_NORMAL, 0, 0.1f};
@@ -29,6 +30,8 @@ static mn_graph *mlp(void) {
     st = st ? st : mn_graph_param(g, &b1, "l1.bias", 1, (int64_t[]){HID}, n);
     st = st ? st : mn_graph_param(g, &w2, "l2.weight", 2, (int64_t[]){HID, OUT}, k);
     st = st ? st : mn_graph_param(g, &b2, "l2.bias", 1, (int64_t[]){OUT}, n);
+    const mn_tensor ps[4] = {w1, b1, w2, b2};
+    for (int i = 0; frozen && i < 4; i++) st = st ? st : mn_graph_param_freeze(g, ps[i], true);
     st = st ? st : mn_matmul(g, &h, x, w1);
     st = st ? st : mn_add(g, &h, h, b1);
     st = st ? st : mn_tanh(g, &h, h);
@@ -39,6 +42,7 @@ static mn_graph *mlp(void) {
     CHECK_OK(st, mn_graph_error(g));
     return g;
 }
+static mn_graph *mlp(void) { return mlp_ex(false); }
 
 static void batch(int step, float *x, int32_t *y) {
     unsigned s = (unsigned)step * 2654435761u + 1;
@@ -124,8 +128,7 @@ static void resume_case(const char *name, mn_optimizer o, const char *dir) {
 static void frozen_case(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/frozen.safetensors", dir);
-    mn_graph *g = mlp();
-    for (mn_tensor t = 2; t <= 5; t++) CHECK_OK(mn_graph_param_freeze(g, t, true), mn_graph_error(g));
+    mn_graph *g = mlp_ex(true);
     mn_optimizer o = mn_optimizer_default(MN_OPTIM_ADAMW);
     o.schedule = MN_LR_WARMUP_COSINE;
     o.warmup_steps = 2;

@@ -114,6 +114,7 @@ typedef struct fz {
     int32_t count;  /* nodes of g (from its dump), -1 if not known */
     mn_tensor pool[FZ_MAX_POOL]; /* the handles the API returned, oldest first */
     uint8_t pool_i32[FZ_MAX_POOL]; /* holds i32 (labels, ids, positions) */
+    uint8_t pool_param[FZ_MAX_POOL]; /* a parameter or a reshape of one (its storage) */
     int npool;
     mn_graph *g2;       /* another graph: its handle is foreign to g */
     mn_tensor foreign;
@@ -199,6 +200,7 @@ static bool is_i32(const fz *z, mn_tensor t) {
 static void add_pool(fz *z, mn_tensor t, bool i32) {
     if (z->npool >= FZ_MAX_POOL || pool_index(z, t) >= 0) return;
     z->pool_i32[z->npool] = i32;
+    z->pool_param[z->npool] = 0;
     z->pool[z->npool++] = t;
 }
 
@@ -499,7 +501,11 @@ static void op_source(fz *z, int kind) {
         mn_init init = {(mn_init_kind)(b < 0xF8 ? b % 8 : (b & 1) ? -1 : 8 + (b & 6)), pick_f(z), pick_f(z)};
         what = "graph_param";
         st = mn_graph_param(G, OUT, name, rank, sh, init);
-        if (st == MN_OK && !z->null_out) track(z->params, &z->nparams, name, out, MN_F32, numel_of(rank, sh, 1 << 30));
+        if (st == MN_OK && !z->null_out) {
+            track(z->params, &z->nparams, name, out, MN_F32, numel_of(rank, sh, 1 << 30));
+            add_pool(z, out, false);
+            z->pool_param[pool_index(z, out)] = 1;
+        }
         break;
     }
     case 3: {
@@ -622,10 +628,11 @@ static void op_param_for(fz *z) {
         free(g);
     }
     after_call(z, "graph_param (shaped for a role)", st, before, &out, st == MN_OK, true);
+    if (st == MN_OK) z->pool_param[pool_index(z, out)] = 1;
 }
 
 static void op_compute(fz *z, uint8_t opc, bool auto_out) {
-    mn_tensor out = MN_NONE, keep_kind = MN_NONE;
+    mn_tensor out = MN_NONE, keep_kind = MN_NONE, view_of = MN_NONE;
     const int32_t before = z->count;
     const bool hg = !z->null_graph;
     mn_status st = MN_OK;
@@ -675,6 +682,7 @@ static void op_compute(fz *z, uint8_t opc, bool auto_out) {
         st = mn_reshape(G, OUT, x, r, u8(z) == 0xEE ? NULL : s);
         free(s);
         keep_kind = x;
+        view_of = x;
         break;
     }
     case 6: {
@@ -909,6 +917,8 @@ static void op_compute(fz *z, uint8_t opc, bool auto_out) {
     after_call(z, what, st, before, &out, st == MN_OK && !z->null_out ? 1 : 0, hg);
     if (st != MN_OK || z->null_out || !hg) return;
     if (keep_kind != MN_NONE && is_i32(z, keep_kind)) z->pool_i32[pool_index(z, out)] = 1;
+    if (view_of != MN_NONE && pool_index(z, view_of) >= 0 && z->pool_param[pool_index(z, view_of)])
+        z->pool_param[pool_index(z, out)] = 1;
     if (auto_out) mark_output(z, out);
 }
 
@@ -1361,16 +1371,24 @@ static void differential(fz *z, bool training) {
         oi.mode = MN_MODE_INFERENCE;
         mn_session *c = make_session(z, &oi);
         FZ_EXPECT(c != NULL, "an inference session of a graph that trains");
-        size_t nc, nfwd = 1;
-        for (int k = 0; k < z->noutputs; k++) nfwd += z->outputs[k].numel > 0 ? (size_t)z->outputs[k].numel : 0;
+        size_t nc;
         z->rng = rng;
         float *vc = observe(z, c, false, 0, &nc);
         mn_session_destroy(c);
         z->policy = o.nonfinite;
-        for (size_t i = 0; i < nfwd && i < nc && i < na; i++)
-            FZ_EXPECT(memcmp(&va[i], &vc[i], 4) == 0 || (isnan(va[i]) && isnan(vc[i])),
-                      "differential: value %zu is %.9g in a training step, %.9g in an inference run", i,
-                      (double)va[i], (double)vc[i]);
+        FZ_EXPECT(nc == na, "differential: %zu vs %zu values", na, nc);
+        /* the loss, then each output but those that are a parameter's
+         * storage (read after the step, they show its update) */
+        for (int k = -1, at = 0; k < z->noutputs; k++) {
+            size_t len = k < 0 ? 1 : z->outputs[k].numel > 0 ? (size_t)z->outputs[k].numel : 0;
+            int pk = k < 0 ? -1 : pool_index(z, z->outputs[k].t);
+            if (!(pk >= 0 && z->pool_param[pk]))
+                for (size_t i = (size_t)at; i < (size_t)at + len; i++)
+                    FZ_EXPECT(memcmp(&va[i], &vc[i], 4) == 0 || (isnan(va[i]) && isnan(vc[i])),
+                              "differential: value %zu (%s) is %.9g in a training step, %.9g in an inference run", i,
+                              k < 0 ? "the loss" : z->outputs[k].name, (double)va[i], (double)vc[i]);
+            at += (int)len;
+        }
         free(vc);
     }
     for (int k = 0; k < z->npool; k++) {
