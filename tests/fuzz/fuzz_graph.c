@@ -122,7 +122,7 @@ typedef struct fz {
     bool null_graph, null_out; /* the next constructor gets g = NULL / out = NULL */
     named inputs[FZ_MAX_TRACK], params[FZ_MAX_TRACK], outputs[FZ_MAX_TRACK];
     int ninputs, nparams, noutputs;
-    bool has_loss, has_dropout;
+    bool has_loss, has_dropout, has_state;
     mn_nonfinite policy; /* of the sessions being run */
     FILE *devnull;
     char path[64];
@@ -533,6 +533,7 @@ static void op_source(fz *z, int kind) {
     case 5:
         what = "graph_state";
         st = mn_graph_state(G, OUT, name, rank, sh);
+        z->has_state |= st == MN_OK;
         break;
     }
     free(shape);
@@ -1286,6 +1287,39 @@ static void save_load(fz *z, mn_session *s, uint8_t how) {
     if (how & 0x40) load_elsewhere(z, how);
 }
 
+/* Resuming is exact: save, take n steps, load, take the same n steps with
+ * the same inputs: the parameters match bit for bit (optimizer state, step
+ * count and schedule came back). Not for graphs with state tensors (KV
+ * caches are scratch, not saved). */
+static void resume_check(fz *z, mn_session *s, bool training, int n) {
+    if (!training || z->has_state || mn_session_save(s, z->path) != MN_OK) return;
+    const uint64_t rng = z->rng;
+    bool ran = false;
+    for (int k = 0; k < n; k++) {
+        set_inputs(z, s, true, 0);
+        exec(z, s, true, true, &ran);
+    }
+    float **first = get_params(z, s);
+    const int64_t steps = mn_session_step_count(s);
+    if (mn_session_load(s, z->path) == MN_OK) { /* refused if it holds NaN/inf */
+        z->rng = rng;
+        for (int k = 0; k < n; k++) {
+            set_inputs(z, s, true, 0);
+            exec(z, s, true, true, &ran);
+        }
+        float **again = get_params(z, s);
+        FZ_EXPECT(mn_session_step_count(s) == steps, "step count %lld after resuming, %lld before",
+                  (long long)mn_session_step_count(s), (long long)steps);
+        for (int k = 0; k < z->nparams; k++)
+            for (int64_t i = 0; first[k] && i < z->params[k].numel; i++)
+                FZ_EXPECT(memcmp(&first[k][i], &again[k][i], 4) == 0 || (isnan(first[k][i]) && isnan(again[k][i])),
+                          "param '%s'[%lld] is %.9g after %d steps, %.9g after a save, load and the same steps",
+                          z->params[k].name, (long long)i, (double)first[k][i], n, (double)again[k][i]);
+        free_params(z, again);
+    }
+    free_params(z, first);
+}
+
 static void dumps(fz *z, mn_session *s, uint8_t how) {
     static const char *what[5] = {"graph", "schedule", "memplan", "nonsense", NULL};
     mn_status st = mn_session_dump(s, what[how % 5], z->devnull);
@@ -1443,7 +1477,7 @@ static void run_session(fz *z) {
     } else {
         for (int k = 0; k < FZ_MAX_SESSION_ACTIONS && more(z); k++) {
             uint8_t a = u8(z), arg = u8(z);
-            switch (a % 10) {
+            switch (a % 11) {
             case 0: set_inputs(z, s, true, 0); break;
             case 1: set_inputs(z, s, false, arg); break;
             case 2: exec(z, s, training, true, &ran); break;
@@ -1458,7 +1492,8 @@ static void run_session(fz *z) {
                 FZ_EXPECT(st != MN_OK || !(arg & 1), "loss(NULL) accepted");
                 break;
             }
-            default: second_session(z, o, training, saved); break;
+            case 9: second_session(z, o, training, saved); break;
+            default: resume_check(z, s, training, 1 + arg % 3), saved = true; break;
             }
         }
     }
