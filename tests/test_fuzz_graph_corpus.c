@@ -1,7 +1,7 @@
 /* test_fuzz_graph_corpus.c - replays the graph fuzzer's corpus in normal
  * builds, so that what the fuzzer once found stays fixed.
  *
- * Covers: every file of $MN_FUZZ_GRAPH_CORPUS (tests/fuzz/graph_corpus:
+ * Covers: every file of $MN_FUZZ_GRAPH_CORPUS (tests/fuzz/corpus_graph:
  * handwritten seeds and past crashes) fed to the fuzzer's entry point
  * (tests/fuzz/fuzz_graph.c, linked in), then a fixed number of inputs from a
  * seeded generator (a small deterministic fuzz run, no libFuzzer needed).

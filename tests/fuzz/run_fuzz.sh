@@ -11,8 +11,8 @@
 # Prints one summary line either way.
 # Corpus and dictionary by target name, unless given: fuzz_safetensors uses
 # tests/fuzz/corpus and tests/fuzz/safetensors.dict (replayed by
-# test_safetensors); any other fuzz_<name> uses tests/fuzz/<name>_corpus and
-# tests/fuzz/<name>.dict if that exists (fuzz_graph: graph_corpus, replayed
+# test_safetensors); any other fuzz_<name> uses tests/fuzz/corpus_<name> and
+# tests/fuzz/<name>.dict if that exists (fuzz_graph: corpus_graph, replayed
 # by test_fuzz_graph_corpus).
 # Does not: build anything (configure with -DMN_FUZZ=ON and clang, or build
 # by hand with clang -fsanitize=fuzzer,address,undefined).
@@ -27,7 +27,7 @@ if [[ "$name" == fuzz_safetensors ]]; then
     corpus="$here/corpus"
     dict="$here/safetensors.dict"
 else
-    corpus="$here/${target}_corpus"
+    corpus="$here/corpus_${target}"
     dict="$here/${target}.dict"
 fi
 corpus=${3:-$corpus}
