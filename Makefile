@@ -2,7 +2,8 @@
 # set-up on a fresh Debian 12 machine (missing packages, MNIST data).
 #   make            build (release) into build/release
 #   make demo       train the MNIST MLP on the CPU backend
-#   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing, CLI checks
+#   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing (split
+#                   between the safetensors and the graph fuzzer), CLI checks
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
@@ -12,6 +13,8 @@ FUZZ_SECONDS ?= 60
 # `make test MN_REQUIRE_VULKAN=0` allows the skips.
 MN_REQUIRE_VULKAN ?= 1
 export MN_REQUIRE_VULKAN
+# each of the two fuzzers gets half of FUZZ_SECONDS (at least 1 s)
+FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / 2 )); [ $$s -ge 1 ] && echo $$s || echo 1)
 BIN := build/release/meganeura
 
 .PHONY: all deps build asan fuzz data demo test clean
@@ -31,7 +34,7 @@ asan: deps
 
 fuzz: deps
 	@cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMN_FUZZ=ON -DMN_VULKAN=OFF >/dev/null
-	@cmake --build build/fuzz -j$(JOBS) --target fuzz_safetensors
+	@cmake --build build/fuzz -j$(JOBS) --target fuzz_safetensors fuzz_graph
 
 data: build
 	@scripts/mnist.sh $(BIN)
@@ -42,7 +45,8 @@ demo: build data
 test: build asan fuzz data
 	ctest --test-dir build/release --output-on-failure -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j$(JOBS) -LE slow
-	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_safetensors $(FUZZ_SECONDS)
+	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_safetensors $(FUZZ_EACH)
+	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_graph $(FUZZ_EACH)
 
 clean:
 	rm -rf build

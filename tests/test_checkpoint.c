@@ -4,7 +4,8 @@
  * gives bit-identical parameters (and optimizer state) to N+M uninterrupted
  * steps, for SGD with momentum, Adam and AdamW with a warm-up cosine schedule,
  * on the CPU backend. Also: the saved file names every tensor clearly and
- * carries the step count.
+ * carries the step count, which comes back also for a model without
+ * optimizer state (every parameter frozen; found by fuzz_graph).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,8 @@
 #define HID 5
 #define OUT 3
 
-static mn_graph *mlp(void) {
+/* frozen: every parameter frozen (no optimizer state) */
+static mn_graph *mlp_ex(bool frozen) {
     mn_graph *g;
     mn_tensor x, y, w1, b1, w2, b2, h, lg, loss;
     mn_init k = {MN_INIT_KAIMING_UNIFORM, 0, 0}, n = {MN_INIT_NORMAL, 0, 0.1f};
@@ -28,6 +30,8 @@ static mn_graph *mlp(void) {
     st = st ? st : mn_graph_param(g, &b1, "l1.bias", 1, (int64_t[]){HID}, n);
     st = st ? st : mn_graph_param(g, &w2, "l2.weight", 2, (int64_t[]){HID, OUT}, k);
     st = st ? st : mn_graph_param(g, &b2, "l2.bias", 1, (int64_t[]){OUT}, n);
+    const mn_tensor ps[4] = {w1, b1, w2, b2};
+    for (int i = 0; frozen && i < 4; i++) st = st ? st : mn_graph_param_freeze(g, ps[i], true);
     st = st ? st : mn_matmul(g, &h, x, w1);
     st = st ? st : mn_add(g, &h, h, b1);
     st = st ? st : mn_tanh(g, &h, h);
@@ -38,6 +42,7 @@ static mn_graph *mlp(void) {
     CHECK_OK(st, mn_graph_error(g));
     return g;
 }
+static mn_graph *mlp(void) { return mlp_ex(false); }
 
 static void batch(int step, float *x, int32_t *y) {
     unsigned s = (unsigned)step * 2654435761u + 1;
@@ -118,6 +123,29 @@ static void resume_case(const char *name, mn_optimizer o, const char *dir) {
     mn_graph_destroy(g);
 }
 
+/* Every parameter frozen: no optimizer state, but the step count (and so
+ * the schedule) still survives a save and load. */
+static void frozen_case(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/frozen.safetensors", dir);
+    mn_graph *g = mlp_ex(true);
+    mn_optimizer o = mn_optimizer_default(MN_OPTIM_ADAMW);
+    o.schedule = MN_LR_WARMUP_COSINE;
+    o.warmup_steps = 2;
+    o.total_steps = 10;
+    mn_session *a = session(g, o), *b = session(g, o);
+    train(a, 0, 4);
+    CHECK_OK(mn_session_save(a, path), mn_session_error(a));
+    CHECK_OK(mn_session_load(b, path), mn_session_error(b));
+    CHECK_MSG(mn_session_step_count(b) == 4, "frozen model: step count %lld after load, 4 saved",
+              (long long)mn_session_step_count(b));
+    CHECK_NEAR(mn_session_lr(b), mn_session_lr(a), 0);
+    unlink(path);
+    mn_session_destroy(a);
+    mn_session_destroy(b);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
     char dir[] = "/tmp/mn-ckpt-XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -137,6 +165,7 @@ int main(void) {
     o.total_steps = 12;
     o.min_lr = 0.001f;
     resume_case("adamw", o, dir);
+    frozen_case(dir);
     rmdir(dir);
     return th_finish("test_checkpoint");
 }

@@ -591,6 +591,18 @@ static void test_errors(void) {
     EXPECT(mn_rms_norm(g, NULL, x, MN_NONE, 1e-5f), MN_E_INVALID, "rms_norm: out is NULL");
 #undef EXPECT
     CHECK(mn_abs(NULL, &y, x) == MN_E_INVALID);
+    CHECK(mn_dropout(NULL, &y, x, NAN, 1) == MN_E_INVALID); /* no NaN-to-integer cast (UBSan) */
+    /* where broadcasts cond with a, then the result with b (found by fuzz_graph) */
+    mn_tensor c71, b4;
+    mn_graph_input(g, &c71, "c71", MN_F32, 2, (int64_t[]){7, 1});
+    mn_graph_input(g, &b4, "b4", MN_F32, 4, (int64_t[]){2, 1, 1, 7});
+    CHECK_OK(mn_where(g, &y, c71, c71, b4), mn_graph_error(g));
+    int r = 0;
+    int64_t s[MN_MAX_RANK];
+    mn_tensor_shape(g, y, &r, s);
+    CHECK_MSG(r == 4 && s[0] == 2 && s[1] == 1 && s[2] == 7 && s[3] == 7,
+              "where([7,1], [7,1], [2,1,1,7]) is rank %d [%lld,%lld,%lld,%lld]", r, (long long)s[0], (long long)s[1],
+              (long long)s[2], (long long)s[3]);
     CHECK(mn_layer_norm(NULL, &y, x, MN_NONE, MN_NONE, 1e-5f) == MN_E_INVALID);
     /* the graph still works after all that */
     CHECK_OK(mn_rms_norm(g, &y, x, MN_NONE, 1e-5f), mn_graph_error(g));

@@ -4,6 +4,8 @@
  * Model: two parameters p [5] and q [3], loss = 0.5*sum((p - t)^2) +
  * 0.5*sum((q - u)^2), so the gradients are p - t and q - u. Each case runs a
  * few steps in a session and the same steps here in double, then compares.
+ * Also: a loss that is a parameter (or a view of one) reports its value
+ * before the step's update.
  */
 #include <math.h>
 #include <string.h>
@@ -133,7 +135,39 @@ static void run_case(const char *name, mn_optimizer o, float qmult, bool qfrozen
     mn_graph_destroy(g);
 }
 
+/* The loss is the parameter itself (or a view of it): the loss a step
+ * reports is the value before its update (found by fuzz_graph). */
+static void loss_is_param(bool view) {
+    mn_graph *g;
+    mn_tensor p, l;
+    mn_init c = {MN_INIT_CONSTANT, 3.0f, 0};
+    mn_graph_create(&g);
+    CHECK_OK(mn_graph_param(g, &p, "p", 1, (const int64_t[]){1}, c), mn_graph_error(g));
+    l = p;
+    if (view) CHECK_OK(mn_reshape(g, &l, p, 0, NULL), mn_graph_error(g));
+    CHECK_OK(mn_graph_loss(g, l), mn_graph_error(g));
+    mn_session_options so = mn_session_default_options();
+    so.mode = MN_MODE_TRAINING;
+    so.optim = mn_optimizer_default(MN_OPTIM_SGD);
+    so.optim.lr = 0.5f;
+    mn_session *s = NULL;
+    CHECK_OK(mn_session_create(&s, g, &so), mn_session_error(s));
+    float loss = 0, pv = 0;
+    for (int k = 0; k < 2; k++) { /* d loss / d p = 1: p goes 3 -> 2.5 -> 2 */
+        CHECK_OK(mn_session_step(s), mn_session_error(s));
+        CHECK_OK(mn_session_loss(s, &loss), mn_session_error(s));
+        CHECK_OK(mn_session_get_param(s, "p", &pv, 1), mn_session_error(s));
+        CHECK_MSG(loss == 3.0f - 0.5f * (float)k && pv == 2.5f - 0.5f * (float)k,
+                  "loss %s p: step %d reports loss %g (want %g), p is %g", view ? "= a view of" : "=", k,
+                  (double)loss, 3.0 - 0.5 * k, (double)pv);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
+    loss_is_param(false);
+    loss_is_param(true);
     mn_optimizer o = mn_optimizer_default(MN_OPTIM_SGD);
     o.lr = 0.1f;
     run_case("sgd", o, 1, false);

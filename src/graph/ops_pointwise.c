@@ -61,7 +61,8 @@ mn_status mn_where(mn_graph *g, mn_tensor *out, mn_tensor cond, mn_tensor a, mn_
 mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, uint64_t seed, mn_tensor counter) {
     mn_tensor in[2] = {x, counter};
     node p = pw_proto(OP_DROPOUT, counter == MN_NONE ? 1 : 2, in);
-    if (g && !(prob >= 0.0f && prob <= 1.0f)) /* also NaN */
+    if (!g) return MN_E_INVALID; /* before the threshold: a NaN p must not reach the cast */
+    if (!(prob >= 0.0f && prob <= 1.0f)) /* also NaN */
         return graph_fail(g, MN_E_INVALID, "dropout: probability %g outside [0, 1]", (double)prob);
     p.fp[0] = prob;
     memcpy(&p.ip[0], &seed, sizeof seed);

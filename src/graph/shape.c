@@ -21,12 +21,14 @@ static void set_shape(node *n, int rank, const int64_t *shape) {
 
 bool broadcast_shape(int *rank, int64_t *out, int ra, const int64_t *a, int rb, const int64_t *b) {
     int r = ra > rb ? ra : rb;
+    int64_t s[MN_MAX_RANK]; /* out may be a or b (where chains two calls) */
     for (int i = 0; i < r; i++) {
         int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
         int64_t db = i < r - rb ? 1 : b[i - (r - rb)];
         if (da != db && da != 1 && db != 1) return false;
-        out[i] = da == 1 ? db : da;
+        s[i] = da == 1 ? db : da;
     }
+    memcpy(out, s, sizeof *s * (size_t)r);
     *rank = r;
     return true;
 }

@@ -153,6 +153,8 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     /* 2. every parameter (and, if the file has any, every state tensor) is in
      *    the file with the right dtype and shape */
     bool with_state = training && nstate_file > 0;
+    int nstate_model = 0;
+    for (int32_t i = 0; i < g->n; i++) nstate_model += saved_node(s, &g->nodes[i]) && g->nodes[i].op == OP_STATE;
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
         if (!saved_node(s, n) || (n->op == OP_STATE && !with_state)) continue;
@@ -241,7 +243,9 @@ mn_status mn_session_load(mn_session *s, const char *path) {
         free(buf);
         if (st) goto done;
     }
-    if (training) s->step = with_state ? (int64_t)step : 0;
+    /* the step count comes back with the optimizer state, or alone for a
+     * model that has no optimizer state (every parameter frozen) */
+    if (training) s->step = with_state || nstate_model == 0 ? (int64_t)step : 0;
     s->have_loss = false;
 done:
     free(tensor_of);

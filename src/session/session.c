@@ -194,6 +194,25 @@ uint64_t session_header_bound(const mn_session *s) {
     return total;
 }
 
+/* A training step writes the parameters after computing the loss, and the
+ * loss is read after the step: a loss that shares a parameter's storage
+ * (the parameter itself or a RESHAPE view of it) becomes a copy made in the
+ * forward pass, so mn_session_loss reports what the step computed. */
+static mn_status loss_own_storage(mn_graph *g) {
+    int32_t r = g->loss;
+    while (g->nodes[r].op == OP_RESHAPE) r = g->nodes[r].in[0];
+    if (g->nodes[r].op != OP_PARAM) return MN_OK;
+    const bool raw = g->raw_ids;
+    mn_tensor c;
+    g->raw_ids = true; /* library stage: handles are node indices */
+    mn_status st = mn_scale(g, &c, g->loss, 1.0f);
+    g->raw_ids = raw;
+    if (st) return st;
+    g->nodes[c].flags |= NODE_F_LOSS;
+    g->loss = c;
+    return MN_OK;
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
     const mn_session_options *o = &s->opt;
@@ -225,7 +244,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (training) {
         if (g->loss == MN_NONE)
             return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");
-        if ((st = autodiff_build(g, g->loss, &s->grads))) return fail(s, st, "%s", g->err);
+        if ((st = loss_own_storage(g)) || (st = autodiff_build(g, g->loss, &s->grads)))
+            return fail(s, st, "%s", g->err);
         if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
