@@ -103,6 +103,12 @@ static result train_llama(const char *json, int64_t T, mn_backend_kind be, mn_de
         CHECK_OK(mn_session_get_param(s, "model.embed_tokens.weight", r.embed, r.nembed), mn_session_error(s));
         CHECK_OK(mn_session_get_param(s, "model.layers.0.mlp.down_proj.weight", r.down, r.ndown),
                  mn_session_error(s));
+        size_t ar[MN_MEMORY_ARENAS], peak = 0, sum = 0, all = 0;
+        CHECK_OK(mn_session_memory_arenas(s, ar), "arenas");
+        CHECK_OK(mn_session_memory(s, &peak, &sum), "memory");
+        for (int a = 0; a < MN_MEMORY_ARENAS; a++) all += ar[a];
+        CHECK_MSG(all == peak && peak <= sum + 4 * s->plan.chunk_bytes, "arenas %zu, peak %zu, sum %zu", all, peak,
+                  sum);
         r.chunk = s->plan.chunk_bytes;
         r.state_bytes = s->plan.arena_bytes[MP_ARENA_STATE];
         free(ids);

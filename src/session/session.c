@@ -507,6 +507,13 @@ mn_status mn_session_memory(const mn_session *s, size_t *peak, size_t *sum) {
     return MN_OK;
 }
 
+mn_status mn_session_memory_arenas(const mn_session *s, size_t bytes[MN_MEMORY_ARENAS]) {
+    _Static_assert(MN_MEMORY_ARENAS == MP_ARENA_COUNT, "one number per arena");
+    if (!s || s->dead || !bytes) return MN_E_STATE;
+    for (int a = 0; a < MP_ARENA_COUNT; a++) bytes[a] = (size_t)s->plan.arena_bytes[a];
+    return MN_OK;
+}
+
 mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f) {
     if (!s || !what || !f || !s->g) return MN_E_INVALID;
     if (strcmp(what, "graph") == 0) return mn_graph_dump(s->g, f);

@@ -355,7 +355,7 @@ static mn_status make_layout(vkb *b, char *err, size_t cap) {
 
 /* The one place that knows where a tensor lives on the device: its buffer,
  * the binding's offset and range, and the element offset left for pc.off.
- * Splitting arenas into several buffers changes only this function. */
+ * The tensor lies inside one chunk of its arena (the plan sees to it). */
 static operand_span operand(const vkb *b, int32_t id) {
     const mp_slot *s = &b->p->plan->slots[id];
     operand_span o = {0};
