@@ -533,6 +533,12 @@ mn_status mn_checkpoint_meta(const char *path, const char *key, char *dst, size_
 /* Memory: bytes the session's arenas hold (peak) and the sum of the sizes of
  * all tensors it computes or keeps (what a planner-less runtime would hold). */
 mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum_bytes);
+/* The peak per arena, in this order: parameters, optimizer state,
+ * inputs/outputs/constants, work (alignment and, on Vulkan, the padding
+ * that keeps each tensor inside one chunk of an arena included); their sum
+ * is the peak. */
+#define MN_MEMORY_ARENAS 4
+mn_status mn_session_memory_arenas(const mn_session *s, size_t bytes[MN_MEMORY_ARENAS]);
 /* what: "graph" (the session's graph after autodiff and optimizer insertion),
  * "schedule", "memplan". The MEGANEURA_DUMP environment variable (a comma list
  * of the same words) prints them to stderr at session build. */

@@ -824,8 +824,9 @@ static bool layout_op(op_id op) {
  * profiles; the launch covers every output element within the limits. */
 static void test_codegen(void) {
     static const vk_caps profiles[2] = {
-        {32, 32768, 1024, {65535, 65535, 65535}, false, false, false},
-        {16, 16384, 64, {64, 65535, 65535}, false, false, false}, /* folds large launches */
+        {.subgroup_size = 32, .max_shared_bytes = 32768, .max_invocations = 1024, .max_groups = {65535, 65535, 65535}},
+        {.subgroup_size = 16, .max_shared_bytes = 16384, .max_invocations = 64,
+         .max_groups = {64, 65535, 65535}}, /* folds large launches */
     };
     mn_graph *g;
     mn_tensor x, xl, y, rm, rv;
@@ -877,7 +878,7 @@ static void test_codegen(void) {
     }
     memplan mp;
     char err[512] = "";
-    memplan_options mo = {4, false};
+    memplan_options mo = {4, false, 0};
     CHECK_OK(memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err), err);
     shaderc_compiler_t cc = shaderc_compiler_initialize();
     shaderc_compile_options_t opt = shaderc_compile_options_initialize();

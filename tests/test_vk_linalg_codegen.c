@@ -30,9 +30,9 @@ typedef struct profile {
 } profile;
 
 static const profile profiles[] = {
-    {"h200", {32, 49152, 1024, {2147483647u, 65535, 65535}, false, false, false}},
-    {"lavapipe", {8, 32768, 1024, {65535, 65535, 65535}, false, false, false}},
-    {"tiny", {32, 16384, 128, {3, 65535, 2}, false, false, false}},
+    {"h200", {.subgroup_size = 32, .max_shared_bytes = 49152, .max_invocations = 1024, .max_groups = {2147483647u, 65535, 65535}}},
+    {"lavapipe", {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 1024, .max_groups = {65535, 65535, 65535}}},
+    {"tiny", {.subgroup_size = 32, .max_shared_bytes = 16384, .max_invocations = 128, .max_groups = {3, 65535, 2}}},
 };
 
 static shaderc_compiler_t compiler;
@@ -87,7 +87,7 @@ static void check_graph(mn_graph *g, const char *label) {
     }
     memplan mp;
     char err[256] = "";
-    memplan_options mo = {4, false};
+    memplan_options mo = {4, false, 0};
     CHECK_OK(memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err), err);
     for (int32_t oi = 0; oi < norder; oi++) {
         const int32_t id = order[oi];

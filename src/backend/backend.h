@@ -41,6 +41,10 @@ typedef struct backend_vtable {
     /* Optional (NULL for backends without a device to share). */
     mn_status (*device_open)(void **dev, char *err, size_t cap);
     void (*device_close)(void *dev);
+    /* Optional: the most bytes one tensor may occupy on dev (a device from
+     * device_open), known before the memory plan is built: the session plans
+     * in chunks of this size (memplan_options.chunk_bytes). NULL: no limit. */
+    uint64_t (*max_binding)(void *dev);
 } backend_vtable;
 
 /* The vtable of a backend kind, or NULL if this build lacks it. */

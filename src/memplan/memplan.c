@@ -188,6 +188,61 @@ mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size) {
     return MN_OK;
 }
 
+/* The lowest start in [off, off + len) of size bytes inside one chunk, or
+ * UINT64_MAX if none. */
+static uint64_t chunk_start(uint64_t off, uint64_t len, uint64_t size, uint64_t chunk) {
+    uint64_t p = off;
+    if (p % chunk + size > chunk) p = (p / chunk + 1) * chunk;
+    if (len != MP_FS_INF && (p < off || p - off > len || len - (p - off) < size)) return UINT64_MAX;
+    return p;
+}
+
+/* The lowest fitting start in the subtree t (UINT64_MAX: none); *at: the
+ * offset of the interval holding it. */
+static uint64_t fs_find_chunked(const mp_freeset *fs, int32_t t, uint64_t size, uint64_t chunk, uint64_t *at) {
+    if (t < 0 || fs->a[t].best < size) return UINT64_MAX;
+    uint64_t p = fs_find_chunked(fs, fs->a[t].l, size, chunk, at);
+    if (p != UINT64_MAX) return p;
+    p = chunk_start(fs->a[t].off, fs->a[t].len, size, chunk);
+    if (p != UINT64_MAX) {
+        *at = fs->a[t].off;
+        return p;
+    }
+    return fs_find_chunked(fs, fs->a[t].r, size, chunk, at);
+}
+
+mn_status mp_fs_alloc_chunked(mp_freeset *fs, uint64_t size, uint64_t chunk, uint64_t *off) {
+    uint64_t at = 0, p = fs_find_chunked(fs, fs->root, size, chunk, &at);
+    *off = p; /* the last interval runs to infinity: always found when size <= chunk */
+    /* the two pieces left around [p, p + size): nodes first, the tree after */
+    int32_t left = fs_node(fs, 0, 0), right = left < 0 ? -1 : fs_node(fs, 0, 0);
+    if (left < 0 || right < 0) {
+        if (left >= 0) fs_drop(fs, left);
+        return MN_E_NOMEM;
+    }
+    int32_t lo, hi;
+    mp_fnode nb;
+    fs_split(fs, fs->root, at, &lo, &hi);
+    hi = fs_pop_end(fs, hi, true, &nb); /* the interval starting at `at` */
+    if (p > nb.off) {
+        fs->a[left] = (mp_fnode){nb.off, p - nb.off, p - nb.off, fs->a[left].prio, -1, -1};
+        lo = fs_merge(fs, lo, left);
+    } else {
+        fs_drop(fs, left);
+    }
+    uint64_t end = p + size;
+    if (nb.len == MP_FS_INF || nb.off + nb.len > end) {
+        uint64_t len = nb.len == MP_FS_INF ? MP_FS_INF : nb.off + nb.len - end;
+        fs->a[right] = (mp_fnode){end, len, len, fs->a[right].prio, -1, -1};
+        hi = fs_merge(fs, right, hi);
+    } else {
+        fs_drop(fs, right);
+    }
+    fs->root = fs_merge(fs, lo, hi);
+    if (end > fs->high) fs->high = end;
+    return MN_OK;
+}
+
 static int8_t pinned_arena(const node *root, bool io) {
     switch (root->op) {
     case OP_PARAM: return MP_ARENA_PARAM;
@@ -204,6 +259,9 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     memset(mp, 0, sizeof *mp);
     mp->n = n;
     mp->real_size = opt->real_size;
+    mp->chunk_bytes = opt->chunk_bytes;
+    const uint64_t chunk = opt->chunk_bytes;
+    int32_t big = -1; /* a tensor larger than a chunk */
     mp->slots = calloc((size_t)n, sizeof *mp->slots);
     int32_t *root = malloc((size_t)n * sizeof *root);
     int32_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
@@ -239,11 +297,17 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         if (!live[i] || root[i] != i) continue;
         const node *nd = &g->nodes[i];
         uint64_t bytes = node_bytes(nd, opt->real_size);
-        if (!mn_add_u64(&mp->sum_bytes, mp->sum_bytes, bytes)) goto overflow;
+        if (!mn_add_u64(&mp->sum_bytes, mp->sum_bytes, align_up(bytes))) goto overflow;
+        if (chunk && align_up(bytes) > chunk) {
+            big = i;
+            goto too_big;
+        }
         int8_t a = pinned_arena(nd, io[i]);
         if (a == MP_ARENA_WORK) continue;
-        mp->slots[i] = (mp_slot){a, mp->arena_bytes[a], bytes};
-        if (!mn_add_u64(&mp->arena_bytes[a], mp->arena_bytes[a], align_up(bytes))) goto overflow;
+        uint64_t at = mp->arena_bytes[a];
+        if (chunk && at % chunk + bytes > chunk) at = (at / chunk + 1) * chunk;
+        mp->slots[i] = (mp_slot){a, at, bytes};
+        if (!mn_add_u64(&mp->arena_bytes[a], at, align_up(bytes))) goto overflow;
     }
     /* work roots: first fit in schedule order, in place where allowed. held[r]:
      * root r owns a block of the work arena not yet released (an in-place
@@ -267,10 +331,18 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
             }
         }
         if (place && !reused) {
-            if (opt->reuse) {
+            if (chunk && align_up(bytes) > chunk) {
+                big = id;
+                goto too_big;
+            }
+            if (opt->reuse && chunk) {
+                if ((st = mp_fs_alloc_chunked(&work, align_up(bytes), chunk, &off))) goto nomem;
+            } else if (opt->reuse) {
                 mp_fs_alloc(&work, align_up(bytes), &off);
             } else {
                 off = work.high;
+                if (chunk && off % chunk + bytes > chunk) off = (off / chunk + 1) * chunk;
+                work.high = off;
                 if (!mn_add_u64(&work.high, work.high, align_up(bytes))) goto overflow;
             }
         }
@@ -300,6 +372,14 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         mp->slots[i] = mp->slots[root[i]];
         mp->slots[i].bytes = node_bytes(&g->nodes[i], opt->real_size);
     }
+    goto done;
+too_big:
+    st = MN_E_UNSUPPORTED;
+    mn_fmt(err, cap,
+           "memplan: tensor '%s' (%%%d, %s) needs %llu bytes, more than the %llu bytes the device allows one "
+           "binding (tensors larger than one binding need buffer-device-address support: future work)",
+           g->nodes[big].name ? g->nodes[big].name : "(unnamed)", big, op_table[g->nodes[big].op].name,
+           (unsigned long long)node_bytes(&g->nodes[big], opt->real_size), (unsigned long long)chunk);
     goto done;
 overflow:
     st = MN_E_NOMEM;
@@ -331,8 +411,10 @@ uint64_t memplan_peak(const memplan *mp) {
 
 void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f) {
     static const char *names[MP_ARENA_COUNT] = {"param", "state", "io", "work"};
-    fprintf(f, "memplan: peak %llu bytes, sum of tensors %llu bytes\n",
-            (unsigned long long)memplan_peak(mp), (unsigned long long)mp->sum_bytes);
+    fprintf(f, "memplan: peak %llu bytes, sum of tensors %llu bytes (each aligned to %d)", (unsigned long long)memplan_peak(mp),
+            (unsigned long long)mp->sum_bytes, MP_ALIGN);
+    if (mp->chunk_bytes) fprintf(f, ", chunks of %llu bytes", (unsigned long long)mp->chunk_bytes);
+    fprintf(f, "\n");
     for (int a = 0; a < MP_ARENA_COUNT; a++)
         fprintf(f, "  arena %-5s %llu bytes\n", names[a], (unsigned long long)mp->arena_bytes[a]);
     for (int32_t i = 0; i < mp->n; i++) {

@@ -8,6 +8,14 @@
  * range) where the op allows it and the input dies at that node. Views
  * (RESHAPE) and in-place updates (optimizer ops) share their input's range.
  *
+ * Chunking (memplan_options.chunk_bytes, set by backends whose one binding
+ * or allocation holds less than an arena): every tensor lies inside one
+ * chunk [k * chunk_bytes, (k + 1) * chunk_bytes) of its arena. Pinned arenas
+ * skip to the next chunk boundary when a tensor would straddle one; work
+ * placement takes the lowest free range that straddles none. A tensor larger
+ * than a chunk is an error naming it. chunk_bytes 0: no chunking (the
+ * placements are exactly those without the option).
+ *
  * Does not: allocate memory (backends do), decide the order (schedule does).
  */
 #ifndef MN_MEMPLAN_H
@@ -28,13 +36,15 @@ typedef struct memplan {
     mp_slot *slots; /* one per graph node */
     int32_t n;
     uint64_t arena_bytes[MP_ARENA_COUNT];
-    uint64_t sum_bytes; /* sum of all tensors' sizes (no reuse) */
+    uint64_t sum_bytes; /* sum of all tensors' sizes, each aligned to MP_ALIGN (no reuse, no chunk padding) */
+    uint64_t chunk_bytes; /* the option it was built with (0: none) */
     size_t real_size;   /* bytes per f32 element: 4, or 8 for the CPU f64 mode */
 } memplan;
 
 typedef struct memplan_options {
     size_t real_size; /* 4 or 8 */
     bool reuse;       /* false: every tensor gets its own range (the reference for tests) */
+    uint64_t chunk_bytes; /* 0, or a multiple of 256: no tensor straddles a multiple of it */
 } memplan_options;
 
 /* order: the executed non-source nodes in execution order; live[i] != 0 for
@@ -66,6 +76,11 @@ void mp_fs_alloc(mp_freeset *fs, uint64_t size, uint64_t *off);
 /* Gives [off, off + size) back (it must have been taken), merging with the
  * free neighbours. MN_E_NOMEM only if a node cannot be allocated. */
 mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size);
+/* The lowest offset with size free bytes inside one chunk [k * chunk, (k + 1)
+ * * chunk), now taken (size <= chunk). Searches past intervals that are long
+ * enough but straddle a boundary at the wrong place, so not O(log n) in the
+ * worst case. MN_E_NOMEM only if a node cannot be allocated. */
+mn_status mp_fs_alloc_chunked(mp_freeset *fs, uint64_t size, uint64_t chunk, uint64_t *off);
 
 /* Storage root of a node: follows views/in-place aliases to the owner. */
 int32_t memplan_root(const mn_graph *g, int32_t id);

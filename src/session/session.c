@@ -293,8 +293,13 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         for (int32_t i = 0; i < s->nuser; i++)
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
     st = schedule_build(&s->sched, g, live, fwd);
+    /* the device first (the session's own when none is shared): its limit
+     * on one binding is the memory plan's chunk size */
+    if (!st && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
+        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
     if (!st) {
-        memplan_options mo = {real_size(s), !s->iopt.no_reuse};
+        uint64_t chunk = s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
+        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk};
         st = memplan_build(&s->plan, g, s->sched.order, s->sched.n, live, &mo, s->err, sizeof s->err);
     }
     free(live);
@@ -519,6 +524,13 @@ mn_status mn_session_memory(const mn_session *s, size_t *peak, size_t *sum) {
     if (!s || s->dead) return MN_E_STATE;
     if (peak) *peak = (size_t)memplan_peak(&s->plan);
     if (sum) *sum = (size_t)s->plan.sum_bytes;
+    return MN_OK;
+}
+
+mn_status mn_session_memory_arenas(const mn_session *s, size_t bytes[MN_MEMORY_ARENAS]) {
+    _Static_assert(MN_MEMORY_ARENAS == MP_ARENA_COUNT, "one number per arena");
+    if (!s || s->dead || !bytes) return MN_E_STATE;
+    for (int a = 0; a < MP_ARENA_COUNT; a++) bytes[a] = (size_t)s->plan.arena_bytes[a];
     return MN_OK;
 }
 

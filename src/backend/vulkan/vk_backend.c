@@ -3,6 +3,13 @@
  * distinct generated kernel, and command buffers recorded once per node list
  * (the training step, the forward run) and replayed on every execute.
  *
+ * Each arena of the plan is split into chunks of at most caps.max_binding
+ * bytes (the plan's chunk_bytes), each its own VkBuffer and dedicated
+ * allocation; the plan keeps every tensor inside one chunk, so a binding,
+ * a copy or a readback always names one buffer. The whole size is checked
+ * against the device's heap (its VK_EXT_memory_budget budget where known)
+ * before anything is allocated.
+ *
  * Per execute the host does only: copy pending uploads into the staging
  * buffer, one vkQueueSubmit (uploads + the recorded step), one fence wait.
  * Every dispatch has its own descriptor set (made once per node at session
@@ -66,10 +73,11 @@ typedef struct recorded {
 /* Where one operand of a dispatch lives: what its descriptor binds and what
  * the hazard planner tracks. */
 typedef struct operand_span {
-    uint32_t buf;      /* buffer id for the hazard planner (today: the arena) */
-    VkBuffer handle;   /* the VkBuffer holding the tensor */
+    uint32_t buf;      /* buffer id for the hazard planner: the arena */
+    VkDeviceSize at;   /* the binding's offset in the arena (for the hazard planner) */
+    VkBuffer handle;   /* the VkBuffer (arena chunk) holding the tensor */
     VkDeviceSize offset, range; /* the binding: offset aligned to minStorageBufferOffsetAlignment */
-    uint32_t elem;     /* the tensor's first element from the binding's start (pc.off) */
+    uint64_t elem;     /* the tensor's first element from the binding's start (pc.off) */
     bool live;         /* false: the tensor has no storage (bound to a dummy range, not tracked) */
 } operand_span;
 
@@ -83,8 +91,10 @@ typedef struct vkb {
     bool owns_ctx;  /* destroy c at the end (not shared) */
     const program *p;
     bool lost;
-    VkBuffer buf[MP_ARENA_COUNT];
-    VkDeviceMemory mem[MP_ARENA_COUNT];
+    VkDeviceSize chunk; /* bytes per arena chunk (the plan's chunk_bytes) */
+    VkBuffer *bufs[MP_ARENA_COUNT]; /* chunk k of arena a: bufs[a][k] */
+    VkDeviceMemory *mems[MP_ARENA_COUNT];
+    uint32_t nchunks[MP_ARENA_COUNT];
     VkBuffer staging;
     VkDeviceMemory staging_mem;
     unsigned char *staging_map;
@@ -178,28 +188,130 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
     return MN_OK;
 }
 
+/* Bytes of arena a's chunk k (every chunk full but the last). */
+static VkDeviceSize chunk_size(const vkb *b, int a, uint32_t k) {
+    VkDeviceSize size = b->p->plan->arena_bytes[a] < 256 ? 256 : b->p->plan->arena_bytes[a];
+    VkDeviceSize rest = size - (VkDeviceSize)k * b->chunk;
+    return rest < b->chunk ? rest : b->chunk;
+}
+
+/* The chunk of arena a holding arena offset off, and *local: off in it. */
+static VkBuffer chunk_at(const vkb *b, int a, VkDeviceSize off, VkDeviceSize *local) {
+    uint32_t k = (uint32_t)(off / b->chunk);
+    *local = off - (VkDeviceSize)k * b->chunk;
+    return b->bufs[a][k];
+}
+
+/* Device-local bytes available in heap h: the budget left (VK_EXT_memory_budget)
+ * or the heap's size. *how says which. */
+static VkDeviceSize heap_room(const vkb *b, uint32_t h, const char **how) {
+    VkDeviceSize size = b->c.mem.memoryHeaps[h].size;
+    *how = "heap size";
+    if (!b->c.caps.memory_budget) return size;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT mb = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &mb};
+    vkGetPhysicalDeviceMemoryProperties2(b->c.phys, &m2);
+    if (!mb.heapBudget[h]) return size;
+    *how = "heap budget left";
+    return mb.heapBudget[h] > mb.heapUsage[h] ? mb.heapBudget[h] - mb.heapUsage[h] : 0;
+}
+
 static mn_status make_arenas(vkb *b, char *err, size_t cap) {
     static const char *names[MP_ARENA_COUNT] = {"parameter", "optimizer state", "input/output", "work"};
-    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
-    vkGetPhysicalDeviceProperties2(b->c.phys, &p2);
+    const memplan *mp = b->p->plan;
+    const uint64_t lim = b->c.caps.max_binding;
+    /* the plan's chunks must fit one binding; a plan without chunks must
+     * fit each arena in one */
+    b->chunk = mp->chunk_bytes ? mp->chunk_bytes : lim;
     for (int a = 0; a < MP_ARENA_COUNT; a++) {
-        VkDeviceSize size = b->p->plan->arena_bytes[a];
-        if (size < 256) size = 256;
-        if (size > b->c.props.limits.maxStorageBufferRange || size > m3.maxMemoryAllocationSize) {
-            mn_fmt(err, cap,
-                   "vulkan: the %s arena needs %llu bytes, more than one binding on '%s' allows "
-                   "(maxStorageBufferRange %u, maxMemoryAllocationSize %llu); splitting arenas is not implemented",
-                   names[a], (unsigned long long)size, b->c.props.deviceName, b->c.props.limits.maxStorageBufferRange,
-                   (unsigned long long)m3.maxMemoryAllocationSize);
-            return MN_E_UNSUPPORTED;
-        }
-        mn_status st = make_buffer(b, &b->buf[a], &b->mem[a], size,
-                                   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, err, cap);
-        if (st) return st;
+        if (b->chunk <= lim && (mp->chunk_bytes || mp->arena_bytes[a] <= lim)) continue;
+        mn_fmt(err, cap,
+               "vulkan: the %s arena was planned %s (%llu bytes), above the %llu bytes one binding on '%s' holds",
+               names[a], mp->chunk_bytes ? "in chunks" : "without chunks",
+               (unsigned long long)(mp->chunk_bytes ? mp->chunk_bytes : mp->arena_bytes[a]), (unsigned long long)lim,
+               b->c.props.deviceName);
+        return MN_E_UNSUPPORTED;
     }
+    /* buffers first (no memory yet), then the total against the heap, then
+     * the allocations: too big a model fails here, not at a later submit */
+    VkDeviceSize need[VK_MAX_MEMORY_HEAPS] = {0}, total = 0;
+    uint32_t nbuf = 0;
+    int32_t *types[MP_ARENA_COUNT] = {0};
+    mn_status st = MN_OK;
+    for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
+        VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a];
+        uint32_t n = (uint32_t)((size + b->chunk - 1) / b->chunk);
+        b->bufs[a] = calloc(n, sizeof *b->bufs[a]);
+        b->mems[a] = calloc(n, sizeof *b->mems[a]);
+        types[a] = calloc(n, sizeof *types[a]);
+        if (!b->bufs[a] || !b->mems[a] || !types[a]) {
+            st = MN_E_NOMEM;
+            break;
+        }
+        b->nchunks[a] = n;
+        for (uint32_t k = 0; k < n && !st; k++) {
+            VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+            bi.size = chunk_size(b, a, k);
+            bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                       VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+            VkResult r = vkCreateBuffer(b->c.device, &bi, NULL, &b->bufs[a][k]);
+            if (r != VK_SUCCESS) {
+                st = vk_fail(b, r, "vkCreateBuffer", err, cap);
+                break;
+            }
+            VkMemoryRequirements req;
+            vkGetBufferMemoryRequirements(b->c.device, b->bufs[a][k], &req);
+            int type = find_memory(&b->c, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+            if (type < 0) {
+                mn_fmt(err, cap, "vulkan: no device-local memory type for a buffer of %llu bytes",
+                       (unsigned long long)bi.size);
+                st = MN_E_BACKEND;
+                break;
+            }
+            types[a][k] = type;
+            need[b->c.mem.memoryTypes[type].heapIndex] += req.size;
+            total += req.size;
+            nbuf++;
+        }
+    }
+    for (uint32_t h = 0; h < b->c.mem.memoryHeapCount && !st; h++) {
+        const char *how;
+        VkDeviceSize room = need[h] ? heap_room(b, h, &how) : 0;
+        if (need[h] <= room) continue;
+        mn_fmt(err, cap,
+               "vulkan: the model needs %llu bytes of device memory (parameters %llu, optimizer state %llu, "
+               "inputs/outputs %llu, work %llu; %u allocations of at most %llu bytes), more than '%s' has: "
+               "%llu bytes (memory heap %u, %s)",
+               (unsigned long long)total, (unsigned long long)mp->arena_bytes[MP_ARENA_PARAM],
+               (unsigned long long)mp->arena_bytes[MP_ARENA_STATE], (unsigned long long)mp->arena_bytes[MP_ARENA_IO],
+               (unsigned long long)mp->arena_bytes[MP_ARENA_WORK], nbuf, (unsigned long long)b->chunk,
+               b->c.props.deviceName, (unsigned long long)room, h, how);
+        st = MN_E_NOMEM;
+    }
+    /* a dedicated allocation per chunk: the driver places each one afresh
+     * (large pages) instead of in space left by earlier sessions' buffers */
+    for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
+        for (uint32_t k = 0; k < b->nchunks[a] && !st; k++) {
+            VkMemoryRequirements req;
+            vkGetBufferMemoryRequirements(b->c.device, b->bufs[a][k], &req);
+            VkMemoryDedicatedAllocateInfo ded = {.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO,
+                                                 .buffer = b->bufs[a][k]};
+            VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
+            ai.allocationSize = req.size;
+            ai.memoryTypeIndex = (uint32_t)types[a][k];
+            VkResult r = vkAllocateMemory(b->c.device, &ai, NULL, &b->mems[a][k]);
+            if (r == VK_SUCCESS) r = vkBindBufferMemory(b->c.device, b->bufs[a][k], b->mems[a][k], 0);
+            if (r != VK_SUCCESS) {
+                st = vk_fail(b, r, "vkAllocateMemory", err, cap);
+                if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY) /* the heap check passed: others took the memory */
+                    mn_fmt(err, cap, "vulkan: vkAllocateMemory: out of device memory for chunk %u of the %s arena "
+                           "(%llu bytes; the model needs %llu in all)", k, names[a],
+                           (unsigned long long)req.size, (unsigned long long)total);
+            }
+        }
+    }
+    for (int a = 0; a < MP_ARENA_COUNT; a++) free(types[a]);
+    if (st) return st;
     b->staging_size = STAGING_BYTES;
     VkDeviceSize rb = 0;
     for (int i = 0; i < b->p->nreadback; i++) {
@@ -208,10 +320,10 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
         b->rb_off[i] = rb;
         if (b->rb_ok[i]) rb = (rb + s->bytes + 15) & ~(VkDeviceSize)15;
     }
-    mn_status st = make_buffer(b, &b->staging, &b->staging_mem, b->staging_size + RB_BYTES,
-                               VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                               VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                               VK_MEMORY_PROPERTY_HOST_CACHED_BIT, err, cap);
+    st = make_buffer(b, &b->staging, &b->staging_mem, b->staging_size + RB_BYTES,
+                    VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                    VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                    VK_MEMORY_PROPERTY_HOST_CACHED_BIT, err, cap);
     if (st) return st;
     VKCHECK(vkMapMemory(b->c.device, b->staging_mem, 0, VK_WHOLE_SIZE, 0, (void **)&b->staging_map), "vkMapMemory");
     return MN_OK;
@@ -243,24 +355,25 @@ static mn_status make_layout(vkb *b, char *err, size_t cap) {
 
 /* The one place that knows where a tensor lives on the device: its buffer,
  * the binding's offset and range, and the element offset left for pc.off.
- * Splitting arenas into several buffers changes only this function. */
+ * The tensor lies inside one chunk of its arena (the plan sees to it). */
 static operand_span operand(const vkb *b, int32_t id) {
     const mp_slot *s = &b->p->plan->slots[id];
     operand_span o = {0};
-    VkDeviceSize align = b->c.props.limits.minStorageBufferOffsetAlignment;
-    if (align < 4) align = 4;
+    VkDeviceSize align = b->c.caps.offset_align < 4 ? 4 : b->c.caps.offset_align;
     if (s->arena < 0 || s->arena >= MP_ARENA_COUNT) { /* no storage: a valid binding nobody uses */
         o.buf = MP_ARENA_WORK;
-        o.handle = b->buf[MP_ARENA_WORK];
+        o.handle = b->bufs[MP_ARENA_WORK][0];
         o.range = 4;
         return o;
     }
-    VkDeviceSize size = b->p->plan->arena_bytes[s->arena] < 256 ? 256 : b->p->plan->arena_bytes[s->arena];
+    VkDeviceSize local;
     o.buf = (uint32_t)s->arena;
-    o.handle = b->buf[s->arena];
-    o.offset = s->offset / align * align;
-    o.elem = (uint32_t)((s->offset - o.offset) / 4);
-    o.range = (s->offset - o.offset + s->bytes + 3) / 4 * 4;
+    o.handle = chunk_at(b, s->arena, s->offset, &local);
+    VkDeviceSize size = chunk_size(b, s->arena, (uint32_t)(s->offset / b->chunk));
+    o.offset = local / align * align;
+    o.at = s->offset - (local - o.offset);
+    o.elem = (local - o.offset) / 4;
+    o.range = (local - o.offset + s->bytes + 3) / 4 * 4;
     if (o.range < 4) o.range = 4;
     if (o.offset + o.range > size) o.range = size - o.offset;
     o.live = true;
@@ -444,8 +557,18 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
         st = get_pipeline(b, src, label, &rt->pipe, err, cap);
         free(src);
         memcpy(rt->groups, k->groups, sizeof rt->groups);
-        rt->push[0] = operand(b, id).elem;
-        for (int j = 0; j < n->nin; j++) rt->push[1 + j] = operand(b, n->in[j]).elem;
+        for (int j = 0; j <= n->nin && !st; j++) { /* pc.off: 32 bits */
+            int32_t t = j == 0 ? id : n->in[j - 1];
+            operand_span o = operand(b, t);
+            if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
+                mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
+                       "constant (at most %llu)", op_table[n->op].name, id, (unsigned long long)o.elem,
+                       p->g->nodes[t].name ? p->g->nodes[t].name : op_table[p->g->nodes[t].op].name, t,
+                       (unsigned long long)b->c.caps.push_off_max);
+                st = MN_E_UNSUPPORTED;
+            }
+            rt->push[j] = (uint32_t)o.elem;
+        }
     }
     free(k);
     return st;
@@ -462,8 +585,8 @@ static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
     for (int k = 0; k <= n->nin; k++) {
         operand_span o = operand(b, k == 0 ? id : n->in[k - 1]);
         if (!o.live) continue;
-        acc[na++] = (vk_access){o.buf, k == 0, o.offset, o.offset + o.range};
-        if (k > 0 && vk_input_written(n, k - 1)) acc[na++] = (vk_access){o.buf, true, o.offset, o.offset + o.range};
+        acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.range};
+        if (k > 0 && vk_input_written(n, k - 1)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.range};
     }
     return na;
 }
@@ -564,8 +687,9 @@ static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
         for (int32_t i = 0; i < rc->n && !in_list; i++) in_list = rc->list[i] == id;
         if (!in_list) continue;
         const mp_slot *s = &p->plan->slots[id];
-        VkBufferCopy reg = {s->offset, b->staging_size + b->rb_off[k], s->bytes};
-        vkCmdCopyBuffer(cb, b->buf[s->arena], b->staging, 1, &reg);
+        VkBufferCopy reg = {0, b->staging_size + b->rb_off[k], s->bytes};
+        VkBuffer src = chunk_at(b, s->arena, s->offset, &reg.srcOffset);
+        vkCmdCopyBuffer(cb, src, b->staging, 1, &reg);
         rc->rb_mask |= (uint8_t)(1u << k);
     }
     if (rc->rb_mask)
@@ -646,7 +770,9 @@ static mn_status record_uploads(vkb *b, char *err, size_t cap) {
             if (bar[i]) /* a later write of the same bytes lands after the earlier one */
                 barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                         VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
-            vkCmdCopyBuffer(b->upload_cb, b->staging, b->buf[b->pending_arena[i]], 1, &b->pending[i]);
+            VkBufferCopy reg = b->pending[i]; /* dstOffset: in the arena, the copy inside one chunk */
+            VkBuffer dst = chunk_at(b, b->pending_arena[i], reg.dstOffset, &reg.dstOffset);
+            vkCmdCopyBuffer(b->upload_cb, b->staging, dst, 1, &reg);
         }
         /* copies -> the kernels of this submission and later readbacks */
         barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -743,8 +869,9 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
         barrier(b, FAULT_HOST, b->once_cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                 VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
                 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
-        VkBufferCopy reg = {s->offset + done, 0, chunk};
-        vkCmdCopyBuffer(b->once_cb, b->buf[s->arena], b->staging, 1, &reg);
+        VkBufferCopy reg = {0, 0, chunk};
+        VkBuffer src = chunk_at(b, s->arena, s->offset + done, &reg.srcOffset);
+        vkCmdCopyBuffer(b->once_cb, src, b->staging, 1, &reg);
         barrier(b, FAULT_HOST, b->once_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                 VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
         VKCHECK(vkEndCommandBuffer(b->once_cb), "vkEndCommandBuffer");
@@ -886,10 +1013,11 @@ static void vkb_destroy(void *bp) {
         if (b->dsl) vkDestroyDescriptorSetLayout(d, b->dsl, NULL);
         if (b->staging) vkDestroyBuffer(d, b->staging, NULL);
         if (b->staging_mem) vkFreeMemory(d, b->staging_mem, NULL);
-        for (int a = 0; a < MP_ARENA_COUNT; a++) {
-            if (b->buf[a]) vkDestroyBuffer(d, b->buf[a], NULL);
-            if (b->mem[a]) vkFreeMemory(d, b->mem[a], NULL);
-        }
+        for (int a = 0; a < MP_ARENA_COUNT; a++)
+            for (uint32_t k = 0; k < b->nchunks[a]; k++) {
+                if (b->bufs[a] && b->bufs[a][k]) vkDestroyBuffer(d, b->bufs[a][k], NULL);
+                if (b->mems[a] && b->mems[a][k]) vkFreeMemory(d, b->mems[a][k], NULL);
+            }
     }
     if (b->trace) {
         fprintf(b->trace, "\n]}\n");
@@ -899,6 +1027,10 @@ static void vkb_destroy(void *bp) {
         if (b->c.validation && b->c.validation_messages)
             mn_logf(MN_LOG_ERROR, "vulkan validation reported %d errors/warnings", b->c.validation_messages);
         vk_ctx_destroy(&b->c);
+    }
+    for (int a = 0; a < MP_ARENA_COUNT; a++) {
+        free(b->bufs[a]);
+        free(b->mems[a]);
     }
     free(b->pipes);
     free(b->pending);
@@ -1000,6 +1132,8 @@ static mn_status vk_device_open(void **out, char *err, size_t cap) {
     return MN_OK;
 }
 
+static uint64_t vk_device_max_binding(void *dev) { return ((const vk_ctx *)dev)->caps.max_binding; }
+
 static void vk_device_close(void *dev) {
     vk_ctx *c = dev;
     if (!c) return;
@@ -1018,6 +1152,7 @@ const backend_vtable backend_vulkan = {
     .execute = vkb_execute,
     .device_open = vk_device_open,
     .device_close = vk_device_close,
+    .max_binding = vk_device_max_binding,
 };
 
 /* Used by `meganeura devices` through the public API. */

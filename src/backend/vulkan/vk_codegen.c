@@ -73,6 +73,17 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     const node *n = &g->nodes[id];
     (void)mp;
     memset(k, 0, sizeof *k);
+    /* every kernel indexes its tensors with 32-bit signed arithmetic */
+    int64_t most = vk_index_max(caps);
+    for (int i = -1; i < n->nin; i++) {
+        const node *t = i < 0 ? n : &g->nodes[n->in[i]];
+        if (node_numel(t) > most) {
+            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s has %lld elements, more than the %lld the kernels' "
+                   "32-bit indexing allows", op_table[n->op].name, id, i < 0 ? "the output" : "an input",
+                   (long long)node_numel(t), (long long)most);
+            return MN_E_UNSUPPORTED;
+        }
+    }
     k->local[0] = k->local[1] = k->local[2] = 1;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
     vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));

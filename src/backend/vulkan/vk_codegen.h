@@ -28,13 +28,33 @@
 #include "graph/graph.h"
 #include "memplan/memplan.h"
 
+/* The device's capabilities and limits: the one place that defines every
+ * limit the generators and the runtime obey. Filled once when the device is
+ * opened (vk_device.c read_caps); tests fill the fields they need (0 in a
+ * limit field means the default noted). */
 typedef struct vk_caps {
     uint32_t subgroup_size;
     uint32_t max_shared_bytes;
     uint32_t max_invocations;
     uint32_t max_groups[3];
     bool fp16, bf16, coopmat;
+    bool memory_budget; /* VK_EXT_memory_budget: heap budgets known */
+    /* bytes one storage binding, one buffer and one allocation may hold: the
+     * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
+     * (maintenance4) and MEGANEURA_VK_MAX_ALLOCATION, aligned down to 256.
+     * Arenas are split into chunks of this size; no tensor may be larger. */
+    uint64_t max_binding;
+    uint64_t device_binding; /* the same from the device alone (messages) */
+    uint32_t offset_align;   /* minStorageBufferOffsetAlignment, at least 4 */
+    /* the most elements one tensor may have: kernels index with 32-bit
+     * signed arithmetic. 0: VK_INDEX_MAX_DEFAULT (2^31 - 1) */
+    int64_t index_max;
+    /* the largest element offset a push constant pc.off holds (uint) */
+    uint64_t push_off_max;
 } vk_caps;
+
+#define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
+static inline int64_t vk_index_max(const vk_caps *c) { return c->index_max > 0 ? c->index_max : VK_INDEX_MAX_DEFAULT; }
 
 #define VK_DEFINES_CAP 6144
 

@@ -159,6 +159,42 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
     caps->fp16 = f16.shaderFloat16 != 0;
     caps->bf16 = has_device_ext(d, "VK_KHR_shader_bfloat16");
     caps->coopmat = has_device_ext(d, "VK_KHR_cooperative_matrix");
+    caps->memory_budget = has_device_ext(d, "VK_EXT_memory_budget");
+    /* memory limits: one binding, one allocation, one buffer */
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceMaintenance4Properties m4 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+    bool have_m4 = p->apiVersion >= VK_API_VERSION_1_3 || has_device_ext(d, "VK_KHR_maintenance4");
+    m3.pNext = have_m4 ? &m4 : NULL;
+    p2 = (VkPhysicalDeviceProperties2){.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &m3};
+    vkGetPhysicalDeviceProperties2(d, &p2);
+    uint64_t lim = p->limits.maxStorageBufferRange;
+    if (m3.maxMemoryAllocationSize && m3.maxMemoryAllocationSize < lim) lim = m3.maxMemoryAllocationSize;
+    if (have_m4 && m4.maxBufferSize && m4.maxBufferSize < lim) lim = m4.maxBufferSize;
+    caps->device_binding = lim / 256 * 256;
+    caps->max_binding = caps->device_binding;
+    caps->offset_align = p->limits.minStorageBufferOffsetAlignment < 4 ? 4 : (uint32_t)p->limits.minStorageBufferOffsetAlignment;
+    caps->index_max = VK_INDEX_MAX_DEFAULT;
+    caps->push_off_max = UINT32_MAX;
+}
+
+/* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits): lowers caps.max_binding. */
+static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
+    const char *v = getenv("MEGANEURA_VK_MAX_ALLOCATION");
+    if (!v || !*v) return MN_OK;
+    uint64_t x = 0;
+    bool ok = true;
+    for (const char *c = v; *c && ok; c++) {
+        ok = *c >= '0' && *c <= '9' && x <= (UINT64_MAX - 9) / 10;
+        x = x * 10 + (uint64_t)(*c - '0');
+    }
+    if (!ok || x < 256) {
+        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 256",
+               v);
+        return MN_E_INVALID;
+    }
+    x = x / 256 * 256;
+    if (x < caps->max_binding) caps->max_binding = x;
+    return MN_OK;
 }
 
 /* Orders devices: discrete first, ... CPU last; MEGANEURA_DEVICE overrides. */
@@ -208,6 +244,7 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     mn_status st = make_instance(c, level, err, cap);
     if (st) return st;
     if ((st = pick_device(c, err, cap))) return st;
+    if ((st = apply_max_allocation(&c->caps, err, cap))) return st;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, NULL);
     VkQueueFamilyProperties *q = calloc(nq + 1, sizeof *q);
@@ -276,6 +313,8 @@ mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
                 (double)p.limits.timestampPeriod);
         fprintf(f, "   fp16 %s, bf16 %s, cooperative matrix %s\n", caps.fp16 ? "yes" : "no", caps.bf16 ? "yes" : "no",
                 caps.coopmat ? "yes" : "no");
+        fprintf(f, "   largest binding/allocation %llu bytes (the arena chunk), memory budget %s\n",
+                (unsigned long long)caps.device_binding, caps.memory_budget ? "yes" : "no");
     }
     if (n == 0) fprintf(f, "no Vulkan devices\n");
     free(d);

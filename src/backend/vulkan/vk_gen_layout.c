@@ -5,8 +5,8 @@
  *
  * Every kernel runs one invocation per output element and gathers what it
  * needs (no atomics, no two invocations writing one element). Shapes and
- * parameters become #defines; index arithmetic is 32-bit signed, so every
- * tensor is limited to 2^31 - 1 elements (MN_E_UNSUPPORTED beyond).
+ * parameters become #defines; index arithmetic is 32-bit signed (every
+ * tensor within vk_caps.index_max elements, checked by vk_codegen_node).
  *
  * Does not: compile or dispatch anything, nor generate other ops.
  */
@@ -19,14 +19,6 @@ static const node *in_node(const mn_graph *g, const node *n, int i) { return &g-
 static mn_status layout_fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
     mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
     return st;
-}
-
-/* Every tensor of the node indexable with 32-bit signed arithmetic. */
-static mn_status layout_size(const mn_graph *g, const node *n, char *err, size_t cap) {
-    bool big = node_numel(n) > INT32_MAX;
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > INT32_MAX;
-    return big ? layout_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has 2^31 or more elements (32-bit indexing)")
-               : MN_OK;
 }
 
 /* One invocation per output element, workgroups of up to 256. */
@@ -45,8 +37,6 @@ static void dims4(int64_t d[4], const node *t) {
 /* pad.glsl: y[c] = x[c - pb] inside x, else 0; pb over the right-aligned dims. */
 static mn_status gen_pad(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const int64_t pb[4],
                          char *err, size_t cap) {
-    mn_status st = layout_size(g, n, err, cap);
-    if (st) return st;
     int64_t yd[4], xd[4];
     dims4(yd, n);
     dims4(xd, in_node(g, n, 0));
@@ -82,8 +72,6 @@ mn_status vkgen_pad(vk_kernel *k, const mn_graph *g, const node *n, const vk_cap
 
 /* Inputs joined along ip[0]; the output viewed as [outer, L, inner]. */
 mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    mn_status st = layout_size(g, n, err, cap);
-    if (st) return st;
     const int64_t axis = n->ip[0];
     int64_t inner = 1;
     for (int i = (int)axis + 1; i < n->rank; i++) inner *= n->shape[i];
@@ -113,8 +101,6 @@ mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_
  * the backward) and the pooled plane OH x OW. */
 static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const node *x,
                              int64_t OH, int64_t OW, bool bwd, char *err, size_t cap) {
-    mn_status st = layout_size(g, n, err, cap);
-    if (st) return st;
     const struct {
         const char *name;
         int64_t v;
@@ -141,8 +127,6 @@ mn_status vkgen_avgpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
 
 mn_status vkgen_upsample_nearest2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                    size_t cap) {
-    mn_status st = layout_size(g, n, err, cap);
-    if (st) return st;
     const node *x = in_node(g, n, 0);
     vk_def(k, "UP_H", "%lld", (long long)x->shape[2]);
     vk_def(k, "UP_W", "%lld", (long long)x->shape[3]);
@@ -164,8 +148,6 @@ static void def_float(vk_kernel *k, const char *name, float v) {
 
 mn_status vkgen_ema_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                            size_t cap) {
-    mn_status st = layout_size(g, n, err, cap);
-    if (st) return st;
     /* the CPU's (real) casts of the same double expressions */
     const float keep = (float)(1.0 - n->fp[0]), m = (float)n->fp[0], sc = (float)n->fp[1];
     if (!isfinite(keep) || !isfinite(m) || !isfinite(sc))

@@ -13,24 +13,9 @@
  */
 #include "backend/vulkan/vk_codegen.h"
 
-/* Indices must fit the kernels' 32-bit unsigned arithmetic. */
-#define VK_INDEX_MAX ((int64_t)INT32_MAX)
-
 static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
 
 static int64_t pos1(int64_t v) { return v > 0 ? v : 1; }
-
-static mn_status too_big(const node *n, char *err, size_t cap) {
-    mn_fmt(err, cap, "vulkan codegen: %s: a tensor has more than 2^31 elements", op_table[n->op].name);
-    return MN_E_UNSUPPORTED;
-}
-
-static bool fits_index(const mn_graph *g, const node *n) {
-    if (node_numel(n) > VK_INDEX_MAX) return false;
-    for (int i = 0; i < n->nin; i++)
-        if (node_numel(in_node(g, n, i)) > VK_INDEX_MAX) return false;
-    return true;
-}
 
 /* ---- GEMM tiling ---------------------------------------------------------- */
 
@@ -160,7 +145,6 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     const int64_t M = A->shape[A->rank - (ta ? 1 : 2)], K = A->shape[A->rank - (ta ? 2 : 1)];
     const int64_t N = B->shape[B->rank - (tb ? 2 : 1)];
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     /* element (m, k) of op(a) is at m*sam + k*sak; (k, n) of op(b) at k*sbk + n*sbn */
     const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
     vk_def(k, "MM_SAZ", "%lldu", (long long)(A->rank == 3 ? M * K : 0));
@@ -211,7 +195,6 @@ static bool conv_use_gemm(int64_t M, int64_t N, int64_t K) {
 
 mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                        size_t cap) {
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
     conv_defs(k, &c);
     const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
@@ -230,7 +213,6 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
 /* (dy [N,O,OH,OW], w) -> dx [N,C,H,W] = node shape. */
 mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                  char *err, size_t cap) {
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
     conv_defs(k, &c);
     const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
@@ -249,7 +231,6 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
 /* (x, dy [N,O,OH,OW]) -> dw [O,Cg,KH,KW] = node shape. */
 mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                   char *err, size_t cap) {
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
@@ -289,7 +270,6 @@ static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, in
 
 mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     pool_defs(k, n, in_node(g, n, 0), n->shape[2], n->shape[3]);
     k->tmpl = "maxpool2d";
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
@@ -299,7 +279,6 @@ mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* (x, dy [N,C,OH,OW]) -> dx [N,C,H,W]. */
 mn_status vkgen_maxpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                               char *err, size_t cap) {
-    if (!fits_index(g, n)) return too_big(n, err, cap);
     const node *dy = in_node(g, n, 1);
     pool_defs(k, n, in_node(g, n, 0), dy->shape[2], dy->shape[3]);
     k->tmpl = "maxpool2d_bwd";
