@@ -1,6 +1,7 @@
 /* bench_build.c - how session building and checkpoints scale (never a unit test).
  *
  *   meganeura_bench_build [--nodes N] [--params N] [--ckpt N] [--dir PATH]
+ *                         [--smollm N] [--backend cpu|vulkan]
  *
  * Three workloads on the CPU backend, each printed as one JSON object per line:
  *   chain   a chain of --nodes (default 100000) small ops: matmul with one of
@@ -16,10 +17,19 @@
  *           time to save a checkpoint and to load it back into a training
  *           session and into an inference session (file under --dir, default
  *           /tmp, removed afterwards).
+ *   smollm  with --smollm N (default 0: skipped): N session builds of the
+ *           SmolLM2-135M architecture (mn_llama_create, vocab 49152, hidden
+ *           576, 30 layers, 9/3 heads, FFN 1536, tied embeddings; 134.5M
+ *           parameters) for training (AdamW, batch 1 x 128) on --backend
+ *           cpu | vulkan: time to record the graph and each build (the
+ *           first Vulkan build may compile kernels; later ones find the
+ *           caches warm). The threads used for parameter initialisation
+ *           (MEGANEURA_THREADS) are printed as given ("" = the CPU count).
  * Results and the command line are recorded in docs/PERF.md ("Build and
  * checkpoint scaling"). Does not: measure kernels (bench.c does).
  */
 #include <meganeura.h>
+#include <meganeura_models.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,26 +170,72 @@ static void bench_ckpt(int n, const char *dir) {
     mn_graph_destroy(g);
 }
 
+static void bench_smollm(int reps, mn_backend_kind backend) {
+    static const char cfg[] =
+        "{\"vocab_size\":49152,\"hidden_size\":576,\"num_hidden_layers\":30,\"num_attention_heads\":9,"
+        "\"num_key_value_heads\":3,\"intermediate_size\":1536,\"max_position_embeddings\":8192,"
+        "\"rms_norm_eps\":1e-5,\"rope_theta\":100000,\"tie_word_embeddings\":true,"
+        "\"initializer_range\":0.041666666666666664}";
+    mn_llama_config c;
+    char err[512];
+    if (mn_llama_config_parse(&c, cfg, sizeof cfg - 1, err, sizeof err)) die("mn_llama_config_parse", err);
+    mn_graph *g;
+    mn_llama *m;
+    double t0 = now_ms();
+    if (mn_graph_create(&g)) die("graph", "out of memory");
+    mn_llama_options lo = mn_llama_default_options(); /* TRAIN, batch 1, seq_len 128 */
+    if (mn_llama_create(&m, g, &c, &lo)) die("mn_llama_create", mn_llama_error(m));
+    double graph_ms = now_ms() - t0;
+    const char *th = getenv("MEGANEURA_THREADS");
+    printf("{\"bench\":\"smollm\",\"backend\":\"%s\",\"params\":%lld,\"threads\":\"%s\",\"graph_ms\":%.1f,"
+           "\"session_train_ms\":[",
+           backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)mn_llama_numel(m), th ? th : "", graph_ms);
+    for (int r = 0; r < reps; r++) {
+        mn_session_options o = mn_session_default_options();
+        o.backend = backend;
+        o.mode = MN_MODE_TRAINING;
+        o.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
+        mn_session *s = NULL;
+        t0 = now_ms();
+        if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
+        printf("%s%.1f", r ? "," : "", now_ms() - t0);
+        fflush(stdout);
+        mn_session_destroy(s);
+    }
+    printf("]}\n");
+    fflush(stdout);
+    mn_llama_destroy(m);
+    mn_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
-    int nodes = 100000, params = 60000, ckpt = 20000;
+    int nodes = 100000, params = 60000, ckpt = 20000, smollm = 0;
+    mn_backend_kind backend = MN_BACKEND_CPU;
     const char *dir = "/tmp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--nodes") && i + 1 < argc) nodes = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--params") && i + 1 < argc) params = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--smollm") && i + 1 < argc) smollm = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
+            backend = MN_BACKEND_CPU, i++;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !strcmp(argv[i + 1], "vulkan"))
+            backend = MN_BACKEND_VULKAN, i++;
         else {
-            fprintf(stderr, "usage: %s [--nodes N] [--params N] [--ckpt N] [--dir PATH] (0 skips a workload)\n",
+            fprintf(stderr, "usage: %s [--nodes N] [--params N] [--ckpt N] [--dir PATH] [--smollm N] "
+                    "[--backend cpu|vulkan] (0 skips a workload)\n",
                     argv[0]);
             return 2;
         }
     }
-    if (nodes < 0 || params < 0 || ckpt < 0) {
+    if (nodes < 0 || params < 0 || ckpt < 0 || smollm < 0) {
         fprintf(stderr, "bench_build: counts must be >= 0\n");
         return 2;
     }
     if (nodes > 0) bench_chain(nodes < 16 ? 16 : nodes);
     if (params > 0) bench_params(params);
     if (ckpt > 0) bench_ckpt(ckpt, dir);
+    if (smollm > 0) bench_smollm(smollm, backend);
     return 0;
 }

@@ -93,8 +93,9 @@ typedef struct mn_session mn_session;
 /* Parameter initialisers. Fans: a rank-2 parameter used as x @ W is
  * [fan_in, fan_out]; a rank-4 convolution weight is [out, in/groups, kh, kw]
  * with fan_in = in/groups*kh*kw and fan_out = out*kh*kw; rank 1 has
- * fan_in = fan_out = n. Random values come from the session seed mixed with a
- * hash of the parameter's name, so they do not depend on declaration order. */
+ * fan_in = fan_out = n. Value i of a parameter is a function of the session
+ * seed, a hash of the parameter's name and i only, so values do not depend on
+ * declaration order, on the backend or on the threads computing them. */
 typedef enum mn_init_kind {
     MN_INIT_ZEROS = 0,
     MN_INIT_CONSTANT,       /* a = value */

@@ -70,7 +70,11 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc 
     o.mode = MN_MODE_TRAINING;
     o.backend = be;
     o.device = be == MN_BACKEND_VULKAN ? g_dev : NULL;
-    o.seed = 99;
+    /* The loss (a weighted sum of y) is compared by NMSE too, and for some
+     * initial values it nearly cancels: with the counter-based initialiser
+     * (issue 8) seed 99 gives rms_norm_1e4 a loss NMSE of 7e-9 while its y
+     * matches to 3e-15. 98 keeps every case's loss away from cancellation. */
+    o.seed = 98;
     session_internal_options io = {.grads_only = true};
     mn_session *s = NULL;
     mn_status st = session_create_ex(&s, g, &o, &io);

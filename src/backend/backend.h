@@ -36,6 +36,10 @@ typedef struct backend_vtable {
     void (*destroy)(void *b);
     mn_status (*write)(void *b, int32_t node, const void *src, size_t bytes, char *err, size_t cap);
     mn_status (*read)(void *b, int32_t node, void *dst, size_t bytes, char *err, size_t cap);
+    /* Sets every 32-bit word of the node's storage to pattern (0: zeros, in
+     * any storage format) without moving its bytes from the host; ordered
+     * with write like another write. */
+    mn_status (*fill)(void *b, int32_t node, uint32_t pattern, char *err, size_t cap);
     /* Runs nodes[0..n) (a subsequence of program.order) in that order. */
     mn_status (*execute)(void *b, const int32_t *nodes, int32_t n, char *err, size_t cap);
     /* Optional (NULL for backends without a device to share). */

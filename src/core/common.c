@@ -1,7 +1,9 @@
-/* common.c - assertions, strings, logging, RNG, status names. */
+/* common.c - assertions, strings, logging, RNGs (sequential and
+ * counter-based), host thread count, status names. */
 #include "core/common.h"
 
 #include <math.h>
+#include <unistd.h>
 
 _Noreturn void mn_assert_fail(const char *cond, const char *file, int line) {
     fprintf(stderr, "meganeura: internal error: %s (%s:%d)\n", cond, file, line);
@@ -119,6 +121,26 @@ double mn_rng_normal(mn_rng *r) {
     double u1 = mn_rng_uniform(r), u2 = mn_rng_uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void mn_ctr_normal2(uint64_t key, uint64_t p, float z[2]) {
+    const float u1 = (float)((mn_ctr_bits(key, 2 * p) >> 40) + 1) * 0x1.0p-24f; /* (0, 1] */
+    const float u2 = mn_ctr_uniform(key, 2 * p + 1);
+    const float r = sqrtf(-2.0f * logf(u1)), t = 6.2831853f * u2;
+    z[0] = r * cosf(t);
+    z[1] = r * sinf(t);
+}
+
+int mn_thread_count(void) {
+    const char *e = getenv("MEGANEURA_THREADS");
+    if (e && *e) {
+        char *end;
+        long v = strtol(e, &end, 10);
+        if (*end == 0 && v >= 1) return v > 256 ? 256 : (int)v;
+        mn_logf(MN_LOG_WARN, "MEGANEURA_THREADS='%s' is not a positive integer; using the CPU count", e);
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 32 ? 32 : (int)n;
 }
 
 uint64_t mn_hash_str(const char *s) {

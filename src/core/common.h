@@ -55,4 +55,34 @@ double mn_rng_uniform(mn_rng *r); /* [0, 1) */
 double mn_rng_normal(mn_rng *r);  /* N(0, 1), Box-Muller */
 uint64_t mn_hash_str(const char *s); /* FNV-1a 64 */
 
+/* Counter-based random numbers (parameter initialisation): value `ctr` of
+ * the stream `key` is a pure function of (key, ctr), so any range of a
+ * stream can be computed by any thread in any order with the same result.
+ * It is the SplitMix64 sequence seeded with key, indexed directly:
+ * mn_ctr_bits(key, i) == the (i+1)th output of splitmix64 started at key. */
+static inline uint64_t mn_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline uint64_t mn_ctr_bits(uint64_t key, uint64_t ctr) {
+    return mn_mix64(key + (ctr + 1) * 0x9e3779b97f4a7c15ull);
+}
+/* The key of a named stream: both inputs mixed, so neighbouring seeds and
+ * names give unrelated streams. */
+static inline uint64_t mn_ctr_key(uint64_t seed, uint64_t name_hash) {
+    return mn_mix64(mn_mix64(seed) ^ name_hash);
+}
+/* Uniform in [0, 1), 24 random bits: every value is exact in float. */
+static inline float mn_ctr_uniform(uint64_t key, uint64_t ctr) {
+    return (float)(mn_ctr_bits(key, ctr) >> 40) * 0x1.0p-24f;
+}
+/* Standard normals z[0], z[1] of pair p (counters 2p and 2p+1), Box-Muller
+ * in float: u1 in (0, 1] (24 bits) so the tails end at |z| = 5.77. */
+void mn_ctr_normal2(uint64_t key, uint64_t p, float z[2]);
+
+/* Host threads for parallel work: MEGANEURA_THREADS if set (1..256), else
+ * the online CPUs capped at 32. */
+int mn_thread_count(void);
+
 #endif

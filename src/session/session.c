@@ -37,52 +37,6 @@ const char *mn_session_error(const mn_session *s) { return s ? s->err : "no sess
 
 static size_t real_size(const mn_session *s) { return s->iopt.f64 ? 8 : 4; }
 
-/* ---- parameter initialisation ---------------------------------------------- */
-
-static void fans(const node *n, double *fan_in, double *fan_out) {
-    if (n->rank == 2) {
-        *fan_in = (double)n->shape[0];
-        *fan_out = (double)n->shape[1];
-    } else if (n->rank >= 3) {
-        double rf = 1;
-        for (int i = 2; i < n->rank; i++) rf *= (double)n->shape[i];
-        *fan_in = (double)n->shape[1] * rf;
-        *fan_out = (double)n->shape[0] * rf;
-    } else {
-        *fan_in = *fan_out = (double)node_numel(n);
-    }
-}
-
-static void init_values(const node *n, uint64_t seed, float *v) {
-    int64_t cnt = node_numel(n);
-    mn_rng r;
-    mn_rng_seed(&r, seed ^ mn_hash_str(n->name));
-    double fi, fo, a = n->init.a, b = n->init.b, gain = a != 0.0 ? a : 1.0;
-    fans(n, &fi, &fo);
-    for (int64_t i = 0; i < cnt; i++) {
-        double x = 0;
-        switch (n->init.kind) {
-        case MN_INIT_ZEROS: x = 0; break;
-        case MN_INIT_CONSTANT: x = a; break;
-        case MN_INIT_UNIFORM: x = a + (b - a) * mn_rng_uniform(&r); break;
-        case MN_INIT_NORMAL: x = a + b * mn_rng_normal(&r); break;
-        case MN_INIT_XAVIER_UNIFORM: {
-            double l = gain * sqrt(6.0 / (fi + fo));
-            x = -l + 2 * l * mn_rng_uniform(&r);
-            break;
-        }
-        case MN_INIT_XAVIER_NORMAL: x = gain * sqrt(2.0 / (fi + fo)) * mn_rng_normal(&r); break;
-        case MN_INIT_KAIMING_UNIFORM: {
-            double l = sqrt(6.0 / fi);
-            x = -l + 2 * l * mn_rng_uniform(&r);
-            break;
-        }
-        case MN_INIT_KAIMING_NORMAL: x = sqrt(2.0 / fi) * mn_rng_normal(&r); break;
-        }
-        v[i] = (float)x;
-    }
-}
-
 /* ---- host <-> node transfers, converting f32 <-> storage ------------------ */
 
 mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t bytes) {
@@ -127,33 +81,6 @@ static void dump_env(mn_session *s) {
     if (strstr(d, "graph")) mn_session_dump(s, "graph", stderr);
     if (strstr(d, "schedule")) mn_session_dump(s, "schedule", stderr);
     if (strstr(d, "memplan")) mn_session_dump(s, "memplan", stderr);
-}
-
-static mn_status zero_node(mn_session *s, int32_t id) {
-    size_t bytes = node_bytes(&s->g->nodes[id], real_size(s));
-    void *z = calloc(1, bytes + 1);
-    if (!z) return fail(s, MN_E_NOMEM, "out of memory (%zu bytes)", bytes);
-    mn_status st = session_write_node(s, id, z, bytes);
-    free(z);
-    return st;
-}
-
-static mn_status init_params(mn_session *s) {
-    mn_status st = MN_OK;
-    for (int32_t i = 0; i < s->g->n && !st; i++) {
-        const node *n = &s->g->nodes[i];
-        if (n->op == OP_STATE || n->op == OP_INPUT) {
-            st = zero_node(s, i);
-        } else if (n->op == OP_PARAM) {
-            size_t cnt = (size_t)node_numel(n);
-            float *v = malloc(cnt * sizeof *v + 1);
-            if (!v) return fail(s, MN_E_NOMEM, "out of memory initialising '%s'", n->name);
-            init_values(n, s->opt.seed, v);
-            st = session_write_f32(s, i, v, cnt);
-            free(v);
-        }
-    }
-    return st;
 }
 
 /* An upper bound, tight to a few bytes per tensor, of the JSON header of
@@ -313,7 +240,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
-    if ((st = init_params(s))) return st;
+    if ((st = session_init_values(s))) return st;
     dump_env(s);
     return MN_OK;
 }

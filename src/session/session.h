@@ -68,6 +68,9 @@ mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count);
 int32_t session_grad_of(const mn_session *s, int32_t id);
 /* Upper bound of the JSON header of this session's checkpoints (bytes). */
 uint64_t session_header_bound(const mn_session *s);
+/* Initial values of every parameter, state and input (init.c): the last
+ * build step. */
+mn_status session_init_values(mn_session *s);
 /* Executes the whole order without touching step/hyper (grads_only sessions). */
 mn_status session_forward_backward(mn_session *s);
 

@@ -2,13 +2,15 @@
  * compared against).
  *
  * Owns one host allocation per non-empty arena of the program's memory plan
- * (zeroed, 64-byte aligned), copies CONST nodes' data into their storage at
+ * (calloc: zero pages the kernel maps on first touch, 64-byte aligned by
+ * hand), copies CONST nodes' data into their storage at
  * create (widened to double in f64 mode), moves bytes between the host and a
  * node's slot, and executes nodes by calling the kernel of their op from
  * cpu_kernels_f32 or cpu_kernels_f64 with pointers into the arenas.
  *
  * Does not: plan memory, order nodes, write PARAM/STATE/INPUT storage (the
- * session does, through write), or check shapes (the graph did). The program
+ * session does, through write and fill; a zero fill of an arena nothing has
+ * written yet touches no memory), or check shapes (the graph did). The program
  * (graph, order, plan) is borrowed: it must outlive the backend.
  */
 #include "backend/backend.h"
@@ -17,7 +19,9 @@
 typedef struct cpu_backend {
     program prog;                   /* borrowed pointers */
     const cpu_kernel_fn *kernels;   /* cpu_kernels_f32 or cpu_kernels_f64 */
-    char *arena[MP_ARENA_COUNT];    /* NULL for an empty arena */
+    char *arena[MP_ARENA_COUNT];    /* NULL for an empty arena; aligned into arena_base */
+    void *arena_base[MP_ARENA_COUNT];
+    bool clean[MP_ARENA_COUNT];     /* still all zeros: nothing written since create */
 } cpu_backend;
 
 static const char *const cpu_op_names[OP_COUNT] = {
@@ -68,7 +72,7 @@ static void *cpu_ptr(const cpu_backend *cb, const mp_slot *s) {
 static void cpu_destroy(void *b) {
     cpu_backend *cb = b;
     if (!cb) return;
-    for (int a = 0; a < MP_ARENA_COUNT; a++) free(cb->arena[a]);
+    for (int a = 0; a < MP_ARENA_COUNT; a++) free(cb->arena_base[a]);
     free(cb);
 }
 
@@ -89,6 +93,7 @@ static mn_status cpu_load_const(cpu_backend *cb, int32_t id, char *err, size_t c
         return MN_E_INVALID;
     }
     void *dst = cpu_ptr(cb, s);
+    cb->clean[s->arena] = false;
     if (n->dtype == MN_I32) {
         for (uint64_t i = 0; i < cnt; i++) ((int32_t *)dst)[i] = (int32_t)n->data[i];
     } else if (cb->prog.f64) {
@@ -144,20 +149,21 @@ static mn_status cpu_create(void **out, const program *p, char *err, size_t cap)
         const uint64_t bytes = plan->arena_bytes[a];
         uint64_t rounded;
         if (bytes == 0) continue;
-        if (!mn_add_u64(&rounded, bytes, MP_ALIGN - 1) || rounded > SIZE_MAX) {
+        if (!mn_add_u64(&rounded, bytes, 2 * MP_ALIGN - 1) || rounded > SIZE_MAX) {
             mn_fmt(err, cap, "cpu: create: arena %d of %llu bytes is too large", a, (unsigned long long)bytes);
             cpu_destroy(cb);
             return MN_E_NOMEM;
         }
-        rounded -= rounded % MP_ALIGN;
-        cb->arena[a] = aligned_alloc(MP_ALIGN, (size_t)rounded);
-        if (!cb->arena[a]) {
+        rounded -= rounded % MP_ALIGN; /* room for the arena after aligning the start */
+        cb->arena_base[a] = calloc(1, (size_t)rounded);
+        if (!cb->arena_base[a]) {
             mn_fmt(err, cap, "cpu: create: out of memory allocating arena %d (%llu bytes)", a,
                    (unsigned long long)rounded);
             cpu_destroy(cb);
             return MN_E_NOMEM;
         }
-        memset(cb->arena[a], 0, (size_t)rounded);
+        cb->arena[a] = (char *)cb->arena_base[a] + (MP_ALIGN - (uintptr_t)cb->arena_base[a] % MP_ALIGN) % MP_ALIGN;
+        cb->clean[a] = true;
     }
 
     for (int32_t id = 0; id < p->g->n; id++) {
@@ -187,11 +193,12 @@ static mn_status cpu_io_slot(const cpu_backend *cb, int32_t id, size_t bytes, co
 }
 
 static mn_status cpu_write(void *b, int32_t id, const void *src, size_t bytes, char *err, size_t cap) {
-    const cpu_backend *cb = b;
+    cpu_backend *cb = b;
     const mp_slot *s;
     mn_status st = cpu_io_slot(cb, id, bytes, "write", &s, err, cap);
     if (st != MN_OK) return st;
     if (bytes) memcpy(cpu_ptr(cb, s), src, bytes);
+    if (bytes) cb->clean[s->arena] = false;
     return MN_OK;
 }
 
@@ -204,8 +211,25 @@ static mn_status cpu_read(void *b, int32_t id, void *dst, size_t bytes, char *er
     return MN_OK;
 }
 
+static mn_status cpu_fill(void *b, int32_t id, uint32_t pattern, char *err, size_t cap) {
+    cpu_backend *cb = b;
+    const mp_slot *s;
+    mn_status st = cpu_slot(cb, id, -1, 0, &s, "fill", err, cap);
+    if (st != MN_OK) return st;
+    unsigned char *p = cpu_ptr(cb, s);
+    if (!p || !s->bytes || (pattern == 0 && cb->clean[s->arena])) return MN_OK;
+    cb->clean[s->arena] = false;
+    if (pattern == 0) {
+        memset(p, 0, (size_t)s->bytes);
+    } else {
+        for (uint64_t i = 0; i + 4 <= s->bytes; i += 4) memcpy(p + i, &pattern, 4);
+    }
+    return MN_OK;
+}
+
 static mn_status cpu_execute(void *b, const int32_t *nodes, int32_t count, char *err, size_t cap) {
-    const cpu_backend *cb = b;
+    cpu_backend *cb = b;
+    for (int a = 0; a < MP_ARENA_COUNT; a++) cb->clean[a] = false;
     const mn_graph *g = cb->prog.g;
     for (int32_t k = 0; k < count; k++) {
         const int32_t id = nodes[k];
@@ -236,5 +260,6 @@ const backend_vtable backend_cpu = {
     .destroy = cpu_destroy,
     .write = cpu_write,
     .read = cpu_read,
+    .fill = cpu_fill,
     .execute = cpu_execute,
 };

@@ -46,6 +46,7 @@
 #define FAULT_HOST 2u
 #define STAGING_BYTES (16u << 20)
 #define RB_BYTES 4096u /* staging tail for the readback nodes */
+#define PENDING_FILL 0x40 /* pending_arena flag: a vkCmdFillBuffer, not a copy (vkb_fill) */
 
 #define MAX_OPERANDS (1 + NODE_MAX_IN) /* descriptor bindings: the output, then each input */
 
@@ -750,8 +751,10 @@ static mn_status record_uploads(vkb *b, char *err, size_t cap) {
         first[0] = 0;
         for (int i = 0; i < b->npending; i++) {
             const VkBufferCopy *c = &b->pending[i];
-            acc[2 * i] = (vk_access){MP_ARENA_COUNT, false, c->srcOffset, c->srcOffset + c->size}; /* staging */
-            acc[2 * i + 1] = (vk_access){(uint32_t)b->pending_arena[i], true, c->dstOffset, c->dstOffset + c->size};
+            const bool fill = b->pending_arena[i] & PENDING_FILL; /* reads no staging bytes */
+            acc[2 * i] = (vk_access){MP_ARENA_COUNT, false, c->srcOffset, fill ? c->srcOffset : c->srcOffset + c->size};
+            acc[2 * i + 1] = (vk_access){(uint32_t)(b->pending_arena[i] & ~PENDING_FILL), true, c->dstOffset,
+                                         c->dstOffset + c->size};
             first[i + 1] = 2 * (size_t)i + 2;
         }
         st = vk_hazard_plan(acc, first, b->npending, bar, err, cap);
@@ -771,8 +774,12 @@ static mn_status record_uploads(vkb *b, char *err, size_t cap) {
                 barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                         VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT);
             VkBufferCopy reg = b->pending[i]; /* dstOffset: in the arena, the copy inside one chunk */
-            VkBuffer dst = chunk_at(b, b->pending_arena[i], reg.dstOffset, &reg.dstOffset);
-            vkCmdCopyBuffer(b->upload_cb, b->staging, dst, 1, &reg);
+            const bool fill = (b->pending_arena[i] & PENDING_FILL) != 0;
+            VkBuffer dst = chunk_at(b, (int)(b->pending_arena[i] & ~PENDING_FILL), reg.dstOffset, &reg.dstOffset);
+            if (fill) /* a transfer write, ordered like the copies */
+                vkCmdFillBuffer(b->upload_cb, dst, reg.dstOffset, reg.size, (uint32_t)reg.srcOffset);
+            else
+                vkCmdCopyBuffer(b->upload_cb, b->staging, dst, 1, &reg);
         }
         /* copies -> the kernels of this submission and later readbacks */
         barrier(b, FAULT_HOST, b->upload_cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -839,6 +846,39 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
         b->staging_used = (b->staging_used + chunk + 15) & ~(VkDeviceSize)15;
         done += chunk;
     }
+    return MN_OK;
+}
+
+/* Queues a vkCmdFillBuffer of the node's storage into the next upload
+ * submission (a pending entry marked PENDING_FILL whose srcOffset holds the
+ * pattern): no bytes go through the staging buffer. */
+static mn_status vkb_fill(void *bp, int32_t id, uint32_t pattern, char *err, size_t cap) {
+    vkb *b = bp;
+    mn_status st = check_usable(b, err, cap);
+    if (st) return st;
+    const mp_slot *s = &b->p->plan->slots[id];
+    if (s->arena < 0 || s->bytes % 4 || s->offset % 4) {
+        mn_fmt(err, cap, "vulkan: fill of node %d (%s): storage of %llu bytes at %llu is not whole 32-bit words", id,
+               op_table[b->p->g->nodes[id].op].name, (unsigned long long)s->bytes, (unsigned long long)s->offset);
+        return MN_E_INVALID;
+    }
+    if (!s->bytes) return MN_OK;
+    int k = rb_index(b, id);
+    if (k >= 0) b->rb_fresh[k] = false;
+    if (b->npending == b->cap_pending) {
+        int c2 = b->cap_pending ? 2 * b->cap_pending : 64;
+        VkBufferCopy *np = realloc(b->pending, (size_t)c2 * sizeof *np);
+        int8_t *na = np ? realloc(b->pending_arena, (size_t)c2) : NULL;
+        if (np) b->pending = np;
+        if (!np || !na) {
+            mn_fmt(err, cap, "vulkan: out of memory queueing a fill of node %d", id);
+            return MN_E_NOMEM;
+        }
+        b->pending_arena = na;
+        b->cap_pending = c2;
+    }
+    b->pending[b->npending] = (VkBufferCopy){pattern, s->offset, s->bytes};
+    b->pending_arena[b->npending++] = (int8_t)(s->arena | PENDING_FILL);
     return MN_OK;
 }
 
@@ -1149,6 +1189,7 @@ const backend_vtable backend_vulkan = {
     .destroy = vkb_destroy,
     .write = vkb_write,
     .read = vkb_read,
+    .fill = vkb_fill,
     .execute = vkb_execute,
     .device_open = vk_device_open,
     .device_close = vk_device_close,
