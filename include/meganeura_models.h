@@ -170,6 +170,13 @@ typedef struct mn_llama_options {
      * no update (mn_graph_param_freeze). NULL: every parameter trains. */
     bool (*freeze)(const char *name, void *user);
     void *freeze_user;
+    /* DECODE with seq_len > 1: the graph also holds a one-token branch
+     * (inputs "step.input_ids" [B,1], "step.rope_cos"/"step.rope_sin",
+     * output "step.logits" [B,V]) over the same parameters, position input
+     * and caches. mn_llama_decode runs only the branch a call needs
+     * (mn_session_run_outputs), so a decoding step costs one token, not
+     * seq_len; mn_session_run would run both branches (do not). */
+    bool decode_step;
 } mn_llama_options;
 
 /* TRAIN, batch 1, seq_len 128, no tables, nothing frozen. */
@@ -199,6 +206,8 @@ typedef struct mn_llama_tensors {
     mn_tensor input_ids, targets, pos, rope_cos, rope_sin;
     mn_tensor hidden; /* the final norm's output [B*T, hidden_size] */
     mn_tensor logits, loss;
+    /* DECODE with decode_step: the one-token branch */
+    mn_tensor step_input_ids, step_rope_cos, step_rope_sin, step_logits;
 } mn_llama_tensors;
 mn_llama_tensors mn_llama_get_tensors(const mn_llama *m);
 
