@@ -56,6 +56,10 @@ static void set_err(mn_llama *m, const char *fmt, ...) {
     hf_str_add(&m->err, "%s", buf);
 }
 
+void hf_llama_set_error(mn_llama *m, const char *msg) {
+    if (m) set_err(m, "%s", msg);
+}
+
 mn_llama_options mn_llama_default_options(void) {
     mn_llama_options o;
     memset(&o, 0, sizeof o);
