@@ -4,11 +4,12 @@
 #   make demo       train the MNIST MLP on the CPU backend
 #   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing, CLI checks
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
+#   make lm-demo    train a tiny Llama on the Jargon File (Debian jargon-text), generate
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
 BIN := build/release/meganeura
 
-.PHONY: all deps build asan fuzz data demo test clean
+.PHONY: all deps build asan fuzz data demo lm-demo test clean
 
 all: build
 
@@ -32,6 +33,9 @@ data: build
 
 demo: build data
 	$(BIN) train mnist
+
+lm-demo: build
+	scripts/lm-demo.sh $(BIN)
 
 test: build asan fuzz data
 	ctest --test-dir build/release --output-on-failure -j$(JOBS)

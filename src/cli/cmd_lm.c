@@ -595,6 +595,10 @@ int cmd_train_lm(int argc, char **argv) {
     const int64_t per_epoch = ntrain / B;
     if (!steps) steps = (epochs ? epochs : 1) * per_epoch;
     if (warmup < 0) warmup = steps / 20;
+    if (warmup >= steps) {
+        fprintf(stderr, "note: --warmup lowered to %" PRId64 " (below --steps)\n", steps - 1);
+        warmup = steps - 1;
+    }
     if (!eval_every) eval_every = steps >= 10 ? steps / 10 : 1;
     fprintf(stderr, "data: %zu bytes -> %zu tokens (%.2f bytes/token), %" PRId64 " windows of %" PRId64
                     ": %" PRId64 " train, %" PRId64 " eval; %" PRId64 " steps of batch %" PRId64 " (%.2f epochs)\n",
