@@ -250,7 +250,7 @@ int cmd_generate(int argc, char **argv) {
             if (!a.status && !to_real(v, 0, 1, &top_p))
                 return usage("generate", "--top-p must be a number in 0..1, got '%s'", show(v).s);
         } else if (flag(&a, "--seed", &v)) {
-            int64_t sd;
+            int64_t sd = 0;
             if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
                 return usage("generate", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
@@ -523,7 +523,7 @@ int cmd_train_lm(int argc, char **argv) {
             if (!a.status && !to_real(v, 0, 10, &wd))
                 return usage("train lm", "--weight-decay must be a number in 0..10, got '%s'", show(v).s);
         } else if (flag(&a, "--seed", &v)) {
-            int64_t sd;
+            int64_t sd = 0;
             if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
                 return usage("train lm", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
