@@ -5,6 +5,7 @@
 #   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing (split
 #                   between the safetensors and the graph fuzzer), CLI checks
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
+#   make lm-demo    train a tiny Llama on the Jargon File (Debian jargon-text), generate
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
 # A Vulkan test with no Vulkan device exits 77 and ctest shows it skipped;
@@ -17,7 +18,7 @@ export MN_REQUIRE_VULKAN
 FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / 2 )); [ $$s -ge 1 ] && echo $$s || echo 1)
 BIN := build/release/meganeura
 
-.PHONY: all deps build asan fuzz data demo test clean
+.PHONY: all deps build asan fuzz data demo lm-demo test clean
 
 all: build
 
@@ -41,6 +42,9 @@ data: build
 
 demo: build data
 	$(BIN) train mnist
+
+lm-demo: build
+	scripts/lm-demo.sh $(BIN)
 
 test: build asan fuzz data
 	ctest --test-dir build/release --output-on-failure -j$(JOBS)

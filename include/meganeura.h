@@ -496,6 +496,14 @@ mn_status mn_session_set_input(mn_session *s, const char *name, const void *data
 mn_status mn_session_step(mn_session *s);
 /* Forward only; computes outputs and the loss if it has one. */
 mn_status mn_session_run(mn_session *s);
+/* Forward, only what the n named outputs (or the loss, by its output name)
+ * need: the nodes they depend on, side-effect nodes on their path (the
+ * mn_kv_append writes they read) included, in the order mn_session_run
+ * would run them. Nodes off their path do not run (another branch's cache
+ * appends do not happen), so outputs that are not named keep stale values.
+ * A session keeps the node lists of at most 2 distinct output sets (a
+ * backend may record each once): a third set is MN_E_UNSUPPORTED. */
+mn_status mn_session_run_outputs(mn_session *s, const char *const *names, int n);
 mn_status mn_session_loss(mn_session *s, float *out);
 mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t bytes);
 /* Element count of a named input, output or parameter. */

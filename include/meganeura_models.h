@@ -13,7 +13,7 @@
  * kept by the handle (mn_hf_checkpoint_error, mn_llama_error) or written to
  * an err buffer where there is no handle yet; every destroy accepts NULL.
  *
- * Does not: tokenize text, sample, or save Hugging Face folders.
+ * Does not: tokenize text (meganeura.h's mn_tokenizer_* does).
  */
 #ifndef MEGANEURA_MODELS_H
 #define MEGANEURA_MODELS_H
@@ -170,6 +170,13 @@ typedef struct mn_llama_options {
      * no update (mn_graph_param_freeze). NULL: every parameter trains. */
     bool (*freeze)(const char *name, void *user);
     void *freeze_user;
+    /* DECODE with seq_len > 1: the graph also holds a one-token branch
+     * (inputs "step.input_ids" [B,1], "step.rope_cos"/"step.rope_sin",
+     * output "step.logits" [B,V]) over the same parameters, position input
+     * and caches. mn_llama_decode runs only the branch a call needs
+     * (mn_session_run_outputs), so a decoding step costs one token, not
+     * seq_len; mn_session_run would run both branches (do not). */
+    bool decode_step;
 } mn_llama_options;
 
 /* TRAIN, batch 1, seq_len 128, no tables, nothing frozen. */
@@ -199,6 +206,8 @@ typedef struct mn_llama_tensors {
     mn_tensor input_ids, targets, pos, rope_cos, rope_sin;
     mn_tensor hidden; /* the final norm's output [B*T, hidden_size] */
     mn_tensor logits, loss;
+    /* DECODE with decode_step: the one-token branch */
+    mn_tensor step_input_ids, step_rope_cos, step_rope_sin, step_logits;
 } mn_llama_tensors;
 mn_llama_tensors mn_llama_get_tensors(const mn_llama *m);
 
@@ -233,6 +242,93 @@ mn_status mn_llama_decode(mn_llama *m, mn_session *s, const int32_t *tokens, int
  * n_prompt + n_new - 1 <= max_seq. */
 mn_status mn_llama_greedy(mn_llama *m, mn_session *s, int32_t *out, const int32_t *prompt, int64_t n_prompt,
                           int64_t n_new);
+
+/* ---- sampling and generation (generate.c) ---------------------------------- */
+
+/* How the next token is drawn from a row of logits: temperature <= 0 or
+ * top_k == 1 is greedy (the highest logit, the lowest id on ties);
+ * otherwise softmax(logits / temperature) restricted to the top_k highest
+ * (top_k <= 0: all) and then to the smallest prefix of those, highest
+ * first, whose probability reaches top_p (nucleus; at least one token, so
+ * top_p -> 0 is greedy; top_p >= 1: all), renormalised, drawn with a
+ * generator seeded by seed (same seed, same logits: same tokens). NaN
+ * logits are never drawn. */
+typedef struct mn_sample_options {
+    float temperature; /* 1 */
+    int64_t top_k;     /* 0: off */
+    float top_p;       /* 1: off */
+    uint64_t seed;     /* 0 */
+} mn_sample_options;
+mn_sample_options mn_sample_default_options(void);
+
+typedef struct mn_sampler {
+    mn_sample_options o;
+    uint64_t state;
+    int64_t cap;   /* scratch size (vocabulary) */
+    int32_t *idx;  /* scratch */
+    float *prob;   /* scratch */
+} mn_sampler;
+/* o NULL: defaults. mn_sampler_free releases the scratch. */
+void mn_sampler_init(mn_sampler *s, const mn_sample_options *o);
+void mn_sampler_free(mn_sampler *s);
+/* One token from logits[0..V). MN_E_FORMAT if every logit is NaN,
+ * MN_E_NOMEM, MN_E_INVALID for V < 1 or NULLs. */
+mn_status mn_sampler_sample(mn_sampler *s, int32_t *out, const float *logits, int64_t V);
+
+/* Incremental detokenization for streaming: push ids one at a time, get
+ * back the bytes that are now final. Bytes of an incomplete UTF-8 sequence
+ * at the end (a character split across tokens) are held back until a later
+ * token completes it or mn_detok_finish flushes them (as U+FFFD). */
+typedef struct mn_detok {
+    mn_tokenizer *tk;
+    unsigned flags;      /* decode flags (MN_TOKENIZE_SKIP_SPECIAL) */
+    int32_t *ids;        /* the pending window */
+    size_t n, cap;
+    size_t emitted;      /* bytes of the window's text already returned */
+    char *text;          /* the window's text */
+    size_t text_cap;
+} mn_detok;
+void mn_detok_init(mn_detok *d, mn_tokenizer *tk, unsigned flags);
+void mn_detok_free(mn_detok *d);
+/* out, len: the new final bytes (they belong to d, valid until the next call). */
+mn_status mn_detok_push(mn_detok *d, int32_t id, const char **out, size_t *len);
+mn_status mn_detok_finish(mn_detok *d, const char **out, size_t *len);
+
+typedef struct mn_generate_options {
+    mn_sample_options sample;
+    int64_t max_new;       /* >= 1 */
+    const int32_t *stop;   /* ids that end generation (not emitted); may be NULL */
+    int n_stop;
+    /* Called for each new token (not stop tokens); returning false stops. May be NULL. */
+    bool (*on_token)(int32_t id, void *user);
+    void *user;
+} mn_generate_options;
+
+typedef struct mn_generate_stats {
+    int64_t prompt_tokens, new_tokens;
+    int64_t decode_runs;        /* one-token decoding runs (decode tokens/s = decode_runs / decode_s) */
+    double prefill_s, decode_s; /* prefill: the prompt runs and the first token; decode: the rest */
+    bool stopped;               /* a stop token (or on_token) ended it before max_new */
+} mn_generate_stats;
+
+/* DECODE, batch 1: runs the prompt (in runs of seq_len), then samples up to
+ * max_new tokens, one decoding run each (the one-token branch with
+ * decode_step), into out (may be NULL; max_new ids); n_prompt + max_new - 1
+ * <= max_seq. stats may be NULL. */
+mn_status mn_llama_generate(mn_llama *m, mn_session *s, const int32_t *prompt, int64_t n_prompt,
+                            const mn_generate_options *o, int32_t *out, mn_generate_stats *stats);
+
+/* ---- exporting a Hugging Face folder (export.c) ----------------------------- */
+
+/* Writes dir/config.json (LlamaForCausalLM, model_type llama, dtype float32,
+ * the config's sizes, RoPE and token ids) and DIR/model.safetensors (every
+ * parameter of m read from s, F32, Hugging Face names; a tied model has no
+ * lm_head.weight, as transformers saves it), creating dir if needed; both
+ * written to a temporary name and renamed. transformers'
+ * LlamaForCausalLM.from_pretrained(dir) loads it. */
+mn_status mn_llama_export(mn_llama *m, mn_session *s, const char *dir);
+/* config.json text for c (malloc'd, free() it); NULL when out of memory. */
+char *mn_llama_config_json(const mn_llama_config *c);
 
 #ifdef __cplusplus
 }

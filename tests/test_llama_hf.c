@@ -163,7 +163,7 @@ static void check_train(const char *dir, const char *vname, const mn_llama_confi
 /* Greedy decoding on the KV-cache graph, one token per run (chunk 1) or a
  * prefill in runs of `chunk`. */
 static void check_greedy(const char *dir, const char *vname, const mn_llama_config *c, reference *r,
-                         mn_backend_kind be, mn_device *dev, int64_t chunk) {
+                         mn_backend_kind be, mn_device *dev, int64_t chunk, bool step) {
     const char *bn = be == MN_BACKEND_VULKAN ? "vulkan" : "cpu";
     mn_safetensors_tensor p;
     mn_safetensors_find(r->f, "prompt_ids", &p);
@@ -176,6 +176,7 @@ static void check_greedy(const char *dir, const char *vname, const mn_llama_conf
     o.batch = B;
     o.seq_len = chunk;
     o.max_seq = r->P + GEN_NEW;
+    o.decode_step = step;
     CHECK_OK(mn_llama_create(&m, g, c, &o), mn_llama_error(m));
     mn_session *s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL);
     mn_hf_checkpoint *ck = NULL;
@@ -186,8 +187,8 @@ static void check_greedy(const char *dir, const char *vname, const mn_llama_conf
         CHECK_OK(mn_llama_greedy(m, s, out, r->prompt, r->P, GEN_NEW), mn_llama_error(m));
         int same = 0;
         for (int64_t i = 0; i < B * GEN_NEW; i++) same += out[i] == r->generated[i];
-        printf("  %-22s %-6s greedy, prefill in runs of %lld: %d of %lld tokens as model.generate\n", vname, bn,
-               (long long)chunk, same, (long long)(B * GEN_NEW));
+        printf("  %-22s %-6s greedy, prefill in runs of %lld%s: %d of %lld tokens as model.generate\n", vname, bn,
+               (long long)chunk, step ? ", one-token decode branch" : "", same, (long long)(B * GEN_NEW));
         CHECK_MSG(same == B * GEN_NEW, "%s %s: greedy tokens differ from transformers'", vname, bn);
     } else if (s) CHECK_MSG(0, "%s", err);
     free(out);
@@ -220,8 +221,9 @@ int main(void) {
             for (int be = 0; be < (dev ? 2 : 1); be++) {
                 const mn_backend_kind kind = be ? MN_BACKEND_VULKAN : MN_BACKEND_CPU;
                 check_train(dir, variants[v], &c, &r, kind, dev);
-                check_greedy(dir, variants[v], &c, &r, kind, dev, 1);
-                check_greedy(dir, variants[v], &c, &r, kind, dev, 4);
+                check_greedy(dir, variants[v], &c, &r, kind, dev, 1, false);
+                check_greedy(dir, variants[v], &c, &r, kind, dev, 4, false);
+                check_greedy(dir, variants[v], &c, &r, kind, dev, 4, true);
             }
         }
         if (!st) free_reference(&r);

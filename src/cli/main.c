@@ -1,6 +1,8 @@
 /* main.c - the `meganeura` command-line program.
  *
  *   meganeura train mnist [options]    train an MLP or CNN, evaluate, checkpoint
+ *   meganeura train lm --data FILE.txt ...   (cmd_lm.c)
+ *   meganeura generate --model DIR --prompt TEXT ...   (cmd_lm.c)
  *   meganeura eval mnist --checkpoint FILE [options]
  *   meganeura inspect FILE.safetensors
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/cmd_lm.h"
 #include "cli/models.h"
 #include "cli/progress.h"
 #include "io/mnist.h"
@@ -120,6 +123,8 @@ static void help_main(FILE *f) {
             "\n"
             "Commands:\n"
             "  train mnist     train a digit classifier on MNIST, evaluate it, save a checkpoint\n"
+            "  train lm        train a Llama-family language model on a text file\n"
+            "  generate        continue a prompt with a Hugging Face Llama-family model\n"
             "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
             "  inspect FILE    list the metadata and tensors of a safetensors file\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
@@ -625,6 +630,7 @@ done:
 
 static int cmd_train(int argc, char **argv) {
     args a = {argc, argv, 1, "train", 0};
+    if (argc >= 2 && strcmp(argv[1], "lm") == 0) return cmd_train_lm(argc - 1, argv + 1);
     if (argc >= 2 && is_help(argv[1])) {
         help_train(stdout);
         return 0;
@@ -888,6 +894,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);

@@ -25,6 +25,9 @@
 #define HF_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define HF_PRINTF(a, b)
+/* Sets m's error message (mn_llama_error), for files other than llama.c. */
+void hf_llama_set_error(mn_llama *m, const char *msg);
+
 #endif
 
 /* snprintf into err (cap bytes; nothing if err is NULL or cap is 0). */
@@ -51,5 +54,8 @@ const char *hf_json_duplicate_key(const cJSON *o);
 bool hf_json_bad_string(const char *text, size_t len);
 /* What a JSON value is, for messages: "a string", "a number", "null", ... */
 const char *hf_json_kind(const cJSON *v);
+
+/* Sets m's error message (mn_llama_error), for files other than llama.c. */
+void hf_llama_set_error(mn_llama *m, const char *msg);
 
 #endif

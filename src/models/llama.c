@@ -39,6 +39,7 @@ struct mn_llama {
     float *inv_freq; /* head_dim/2 */
     mn_hf_param *params;
     int nparams, capparams;
+    mn_tensor *caches; /* DECODE: per layer k, v state tensors */
     float *logits_buf; /* DECODE: B*T*V */
     int32_t *tok_buf;  /* DECODE: B*T */
     hf_str err;
@@ -53,6 +54,10 @@ static void set_err(mn_llama *m, const char *fmt, ...) {
     va_end(ap);
     hf_str_free(&m->err);
     hf_str_add(&m->err, "%s", buf);
+}
+
+void hf_llama_set_error(mn_llama *m, const char *msg) {
+    if (m) set_err(m, "%s", msg);
 }
 
 mn_llama_options mn_llama_default_options(void) {
@@ -72,6 +77,9 @@ typedef struct builder {
     int64_t B, T, N;
     const char *what; /* the part being built, for messages */
     int layer;        /* -1 outside the layers */
+    bool reuse;       /* the decode-step branch: parameters already exist, taken in creation order */
+    int next;         /* reuse: the next parameter */
+    mn_tensor cos, sin; /* RoPE tables of this branch (tables) */
 } builder;
 
 /* Wraps a graph call: on failure, the message names the part and layer. */
@@ -93,6 +101,15 @@ static mn_status ok(builder *b, mn_status st) {
 static mn_status add_param(builder *b, mn_tensor *out, const char *name, int rank, const int64_t *shape,
                            mn_init init) {
     mn_llama *m = b->m;
+    if (b->reuse) { /* same names, same order as the first branch */
+        if (b->next >= m->nparams || strcmp(m->params[b->next].name, name) != 0) {
+            set_err(m, "llama: the decode-step branch asks for parameter %s out of order", name);
+            return MN_E_STATE;
+        }
+        (void)rank, (void)shape, (void)init;
+        *out = m->params[b->next++].tensor;
+        return MN_OK;
+    }
     if (m->nparams == m->capparams) {
         int cap = m->capparams ? 2 * m->capparams : 32;
         mn_hf_param *p = realloc(m->params, (size_t)cap * sizeof *p);
@@ -156,8 +173,8 @@ static mn_status rope(builder *b, mn_tensor *out, mn_tensor x) {
     TRY(ok(b, mn_split(b->g, halves, x, -1, 2, NULL)));
     TRY(ok(b, mn_neg(b->g, &neg, halves[1])));
     TRY(ok(b, mn_concat(b->g, &rot, (const mn_tensor[]){neg, halves[0]}, 2, -1)));
-    TRY(ok(b, mn_mul(b->g, &a, x, m->t.rope_cos)));
-    TRY(ok(b, mn_mul(b->g, &c, rot, m->t.rope_sin)));
+    TRY(ok(b, mn_mul(b->g, &a, x, b->cos)));
+    TRY(ok(b, mn_mul(b->g, &c, rot, b->sin)));
     return ok(b, mn_add(b->g, out, a, c));
 }
 
@@ -195,13 +212,15 @@ static mn_status layer(builder *b, mn_tensor *h, int l) {
     TRY(rope(b, &k, k));
     if (m->o.kind == MN_LLAMA_DECODE) {
         b->what = "the KV cache";
-        mn_tensor ck, cv;
-        snprintf(nm, sizeof nm, "cache.layers.%d.k", l);
-        TRY(ok(b, mn_graph_state(b->g, &ck, nm, 4, S(b->B, Hkv, m->o.max_seq, Dh))));
-        snprintf(nm, sizeof nm, "cache.layers.%d.v", l);
-        TRY(ok(b, mn_graph_state(b->g, &cv, nm, 4, S(b->B, Hkv, m->o.max_seq, Dh))));
-        TRY(ok(b, mn_kv_append(b->g, &k, ck, k, m->t.pos)));
-        TRY(ok(b, mn_kv_append(b->g, &v, cv, v, m->t.pos)));
+        mn_tensor *ck = &m->caches[2 * l], *cv = &m->caches[2 * l + 1];
+        if (!b->reuse) {
+            snprintf(nm, sizeof nm, "cache.layers.%d.k", l);
+            TRY(ok(b, mn_graph_state(b->g, ck, nm, 4, S(b->B, Hkv, m->o.max_seq, Dh))));
+            snprintf(nm, sizeof nm, "cache.layers.%d.v", l);
+            TRY(ok(b, mn_graph_state(b->g, cv, nm, 4, S(b->B, Hkv, m->o.max_seq, Dh))));
+        }
+        TRY(ok(b, mn_kv_append(b->g, &k, *ck, k, m->t.pos)));
+        TRY(ok(b, mn_kv_append(b->g, &v, *cv, v, m->t.pos)));
     }
     b->what = "the attention";
     mn_attention_params causal = {true, 0, 0};
@@ -275,13 +294,38 @@ static mn_status check_config(mn_llama *m) {
     return MN_OK;
 }
 
+/* embedding -> layers -> norm -> head over ids [B,T] (b->T); the decode-step
+ * branch (b->reuse) takes the first branch's parameters and caches. */
+static mn_status branch(builder *b, mn_tensor ids, mn_tensor *hidden, mn_tensor *logits) {
+    mn_llama *m = b->m;
+    const mn_llama_config *c = &m->c;
+    const int64_t H = c->hidden_size, V = c->vocab_size;
+    b->what = "the embedding";
+    b->layer = -1;
+    mn_tensor emb, h, h3;
+    mn_init init = {MN_INIT_NORMAL, 0, (float)c->initializer_range};
+    TRY(add_param(b, &emb, "model.embed_tokens.weight", 2, S(V, H), init));
+    TRY(ok(b, mn_embedding(b->g, &h3, emb, ids)));
+    TRY(ok(b, mn_reshape(b->g, &h, h3, 2, S(b->N, H))));
+    for (int l = 0; l < c->num_hidden_layers; l++) TRY(layer(b, &h, l));
+    b->layer = -1;
+    b->what = "the head";
+    TRY(norm(b, hidden, h, "model.norm.weight"));
+    mn_tensor head = emb;
+    if (!c->tie_word_embeddings) TRY(add_param(b, &head, "lm_head.weight", 2, S(V, H), init));
+    return ok(b, mn_matmul_ex(b->g, logits, *hidden, head, false, true));
+}
+
 static mn_status build(mn_llama *m, mn_graph *g) {
     const mn_llama_config *c = &m->c;
-    builder b = {m, g, m->o.batch, m->o.seq_len, m->o.batch * m->o.seq_len, "the inputs", -1};
+    builder b = {m, g, m->o.batch, m->o.seq_len, m->o.batch * m->o.seq_len, "the inputs", -1, false, 0,
+                 MN_NONE, MN_NONE};
     mn_llama_tensors *t = &m->t;
-    const int64_t H = c->hidden_size, V = c->vocab_size, Dh = c->head_dim;
+    const int64_t V = c->vocab_size, Dh = c->head_dim;
+    const bool decode = m->o.kind == MN_LLAMA_DECODE;
     m->tables = m->o.rope_tables || c->rope_scaling != MN_ROPE_SCALING_NONE;
-    if (!(m->inv_freq = malloc((size_t)(Dh / 2) * sizeof *m->inv_freq))) {
+    if (!(m->inv_freq = malloc((size_t)(Dh / 2) * sizeof *m->inv_freq)) ||
+        (decode && !(m->caches = malloc((size_t)(2 * c->num_hidden_layers) * sizeof *m->caches)))) {
         set_err(m, "llama: out of memory");
         return MN_E_NOMEM;
     }
@@ -289,8 +333,8 @@ static mn_status build(mn_llama *m, mn_graph *g) {
 
     TRY(ok(&b, mn_graph_input(g, &t->input_ids, "input_ids", MN_I32, 2, S(b.B, b.T))));
     if (m->o.kind == MN_LLAMA_TRAIN) TRY(ok(&b, mn_graph_input(g, &t->targets, "targets", MN_I32, 1, S(b.N))));
-    if (m->o.kind == MN_LLAMA_DECODE) TRY(ok(&b, mn_graph_input(g, &t->pos, "pos", MN_I32, 1, S(1))));
-    if (m->tables && m->o.kind == MN_LLAMA_DECODE) {
+    if (decode) TRY(ok(&b, mn_graph_input(g, &t->pos, "pos", MN_I32, 1, S(1))));
+    if (m->tables && decode) {
         TRY(ok(&b, mn_graph_input(g, &t->rope_cos, "rope_cos", MN_F32, 2, S(b.T, Dh))));
         TRY(ok(&b, mn_graph_input(g, &t->rope_sin, "rope_sin", MN_F32, 2, S(b.T, Dh))));
     } else if (m->tables) {
@@ -306,20 +350,9 @@ static mn_status build(mn_llama *m, mn_graph *g) {
         free(sv);
         TRY(st);
     }
-
-    b.what = "the embedding";
-    mn_tensor emb, h, h3;
-    mn_init init = {MN_INIT_NORMAL, 0, (float)c->initializer_range};
-    TRY(add_param(&b, &emb, "model.embed_tokens.weight", 2, S(V, H), init));
-    TRY(ok(&b, mn_embedding(g, &h3, emb, t->input_ids)));
-    TRY(ok(&b, mn_reshape(g, &h, h3, 2, S(b.N, H))));
-    for (int l = 0; l < c->num_hidden_layers; l++) TRY(layer(&b, &h, l));
-    b.layer = -1;
-    b.what = "the head";
-    TRY(norm(&b, &t->hidden, h, "model.norm.weight"));
-    mn_tensor head = emb;
-    if (!c->tie_word_embeddings) TRY(add_param(&b, &head, "lm_head.weight", 2, S(V, H), init));
-    TRY(ok(&b, mn_matmul_ex(g, &t->logits, t->hidden, head, false, true)));
+    b.cos = t->rope_cos;
+    b.sin = t->rope_sin;
+    TRY(branch(&b, t->input_ids, &t->hidden, &t->logits));
     TRY(ok(&b, mn_graph_output(g, t->logits, "logits")));
     if (m->o.kind == MN_LLAMA_TRAIN) {
         b.what = "the loss";
@@ -327,7 +360,20 @@ static mn_status build(mn_llama *m, mn_graph *g) {
         TRY(ok(&b, mn_cross_entropy_ex(g, &t->loss, t->logits, t->targets, &ce)));
         TRY(ok(&b, mn_graph_loss(g, t->loss)));
     }
-    if (m->o.kind == MN_LLAMA_DECODE) {
+    if (decode && m->o.decode_step && b.T > 1) { /* the one-token branch, same parameters and caches */
+        builder d = {m, g, b.B, 1, b.B, "the decode-step inputs", -1, true, 0, MN_NONE, MN_NONE};
+        mn_tensor hid;
+        TRY(ok(&d, mn_graph_input(g, &t->step_input_ids, "step.input_ids", MN_I32, 2, S(d.B, 1))));
+        if (m->tables) {
+            TRY(ok(&d, mn_graph_input(g, &t->step_rope_cos, "step.rope_cos", MN_F32, 2, S(1, Dh))));
+            TRY(ok(&d, mn_graph_input(g, &t->step_rope_sin, "step.rope_sin", MN_F32, 2, S(1, Dh))));
+        }
+        d.cos = t->step_rope_cos;
+        d.sin = t->step_rope_sin;
+        TRY(branch(&d, t->step_input_ids, &hid, &t->step_logits));
+        TRY(ok(&d, mn_graph_output(g, t->step_logits, "step.logits")));
+    }
+    if (decode) {
         m->tok_buf = malloc((size_t)b.N * sizeof *m->tok_buf);
         m->logits_buf = malloc((size_t)b.N * (size_t)V * sizeof *m->logits_buf);
         if (!m->tok_buf || !m->logits_buf) {
@@ -343,7 +389,7 @@ mn_status mn_llama_create(mn_llama **out, mn_graph *g, const mn_llama_config *c,
     mn_llama *m = calloc(1, sizeof *m);
     *out = m;
     if (!m) return MN_E_NOMEM;
-    m->t = (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
+    m->t = (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
     mn_status st = MN_OK;
     if (!g || !c) {
         set_err(m, "llama: %s is NULL", g ? "config" : "graph");
@@ -362,6 +408,7 @@ void mn_llama_destroy(mn_llama *m) {
     for (int i = 0; i < m->nparams; i++) free((char *)m->params[i].name);
     free(m->params);
     free(m->inv_freq);
+    free(m->caches);
     free(m->logits_buf);
     free(m->tok_buf);
     hf_str_free(&m->err);
@@ -378,7 +425,7 @@ const mn_llama_options *mn_llama_get_options(const mn_llama *m) { return m ? &m-
 
 mn_llama_tensors mn_llama_get_tensors(const mn_llama *m) {
     if (m) return m->t;
-    return (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
+    return (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
 }
 
 int mn_llama_param_count(const mn_llama *m) { return m ? m->nparams : 0; }
@@ -461,9 +508,10 @@ static mn_status session_call(mn_llama *m, mn_session *s, mn_status st, const ch
     return st;
 }
 
-mn_status mn_llama_set_position(mn_llama *m, mn_session *s, int64_t pos) {
-    mn_status st = need_decode(m, s, "llama_set_position");
-    if (st) return st;
+/* pos, and the RoPE tables of T rows under the names given. */
+static mn_status set_position(mn_llama *m, mn_session *s, int64_t pos, int64_t T, const char *cos_name,
+                              const char *sin_name) {
+    mn_status st;
     if (pos < 0 || pos >= m->o.max_seq) {
         set_err(m, "llama_set_position: position %lld is outside the cache [0, %lld)", (long long)pos,
                 (long long)m->o.max_seq);
@@ -472,7 +520,7 @@ mn_status mn_llama_set_position(mn_llama *m, mn_session *s, int64_t pos) {
     const int32_t p = (int32_t)pos;
     TRY(session_call(m, s, mn_session_set_input(s, "pos", &p, sizeof p), "llama_set_position"));
     if (!m->tables) return MN_OK;
-    const int64_t T = m->o.seq_len, Dh = m->c.head_dim;
+    const int64_t Dh = m->c.head_dim;
     const size_t n = (size_t)(T * Dh);
     float *cv = malloc(2 * n * sizeof *cv);
     if (!cv) {
@@ -480,10 +528,16 @@ mn_status mn_llama_set_position(mn_llama *m, mn_session *s, int64_t pos) {
         return MN_E_NOMEM;
     }
     rope_rows(m, cv, cv + n, pos, T);
-    st = session_call(m, s, mn_session_set_input(s, "rope_cos", cv, n * sizeof *cv), "llama_set_position");
-    if (!st) st = session_call(m, s, mn_session_set_input(s, "rope_sin", cv + n, n * sizeof *cv), "llama_set_position");
+    st = session_call(m, s, mn_session_set_input(s, cos_name, cv, n * sizeof *cv), "llama_set_position");
+    if (!st) st = session_call(m, s, mn_session_set_input(s, sin_name, cv + n, n * sizeof *cv), "llama_set_position");
     free(cv);
     return st;
+}
+
+mn_status mn_llama_set_position(mn_llama *m, mn_session *s, int64_t pos) {
+    mn_status st = need_decode(m, s, "llama_set_position");
+    if (st) return st;
+    return set_position(m, s, pos, m->o.seq_len, "rope_cos", "rope_sin");
 }
 
 mn_status mn_llama_decode(mn_llama *m, mn_session *s, const int32_t *tokens, int64_t n, int64_t pos,
@@ -496,12 +550,25 @@ mn_status mn_llama_decode(mn_llama *m, mn_session *s, const int32_t *tokens, int
                 (long long)n, (long long)pos, (long long)T, (long long)m->o.max_seq);
         return MN_E_INVALID;
     }
+    if (n == 1 && m->t.step_logits != MN_NONE) { /* the one-token branch */
+        TRY(session_call(m, s, mn_session_set_input(s, "step.input_ids", tokens, (size_t)B * sizeof *tokens),
+                         "llama_decode"));
+        TRY(set_position(m, s, pos, 1, "step.rope_cos", "step.rope_sin"));
+        const char *out = "step.logits";
+        TRY(session_call(m, s, mn_session_run_outputs(s, &out, 1), "llama_decode"));
+        if (!logits) return MN_OK;
+        return session_call(m, s, mn_session_output(s, out, logits, (size_t)(B * V) * sizeof *logits),
+                            "llama_decode");
+    }
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) m->tok_buf[b * T + t] = t < n ? tokens[b * n + t] : 0;
     TRY(session_call(m, s, mn_session_set_input(s, "input_ids", m->tok_buf, (size_t)(B * T) * sizeof *m->tok_buf),
                      "llama_decode"));
     TRY(mn_llama_set_position(m, s, pos));
-    TRY(session_call(m, s, mn_session_run(s), "llama_decode"));
+    if (m->t.step_logits != MN_NONE) {
+        const char *out = "logits";
+        TRY(session_call(m, s, mn_session_run_outputs(s, &out, 1), "llama_decode"));
+    } else TRY(session_call(m, s, mn_session_run(s), "llama_decode"));
     if (!logits) return MN_OK;
     TRY(session_call(m, s,
                      mn_session_output(s, "logits", m->logits_buf, (size_t)(B * T * V) * sizeof *m->logits_buf),

@@ -274,6 +274,7 @@ void mn_session_destroy(mn_session *s) {
     device_release(s->device);
     memplan_free(&s->plan);
     schedule_free(&s->sched);
+    session_subsets_free(s);
     mn_graph_destroy(s->g);
     free(s->grads);
     for (int i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);

@@ -32,6 +32,21 @@ struct mn_device {
 /* Drops one reference; frees at zero. */
 void device_release(mn_device *d);
 
+/* A forward subsequence that mn_session_run_outputs executes: the nodes
+ * some outputs need. Kept for the session's life because a backend may
+ * record a node list once and key it by its address (Vulkan: at most 4
+ * lists, of which step and run take 2). */
+#define SESSION_MAX_SUBSETS 2
+typedef struct session_subset {
+    int32_t *outs; /* the requested output nodes, sorted */
+    int nouts;
+    int32_t *list; /* the nodes to execute, a subsequence of sched.fwd */
+    int32_t n;
+    bool has_loss;
+} session_subset;
+/* Frees the subsets (mn_session_destroy). */
+void session_subsets_free(mn_session *s);
+
 struct mn_session {
     char err[512];
     bool dead; /* creation failed or the backend lost its device */
@@ -52,6 +67,8 @@ struct mn_session {
     bool have_loss; /* the loss holds a value (after step or run) */
     char **meta;    /* user metadata: key, value pairs */
     int nmeta;
+    session_subset subsets[SESSION_MAX_SUBSETS]; /* mn_session_run_outputs (run_outputs.c) */
+    int nsubsets;
 };
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
