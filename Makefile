@@ -3,7 +3,8 @@
 #   make            build (release) into build/release
 #   make demo       train the MNIST MLP on the CPU backend
 #   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing (split
-#                   between the safetensors and the graph fuzzer), CLI checks
+#                   between the four fuzzers: safetensors, graph, tokenizer,
+#                   config.json), CLI checks
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
 #   make lm-demo    train a tiny Llama on the Jargon File (Debian jargon-text), generate
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -14,8 +15,9 @@ FUZZ_SECONDS ?= 60
 # `make test MN_REQUIRE_VULKAN=0` allows the skips.
 MN_REQUIRE_VULKAN ?= 1
 export MN_REQUIRE_VULKAN
-# each of the two fuzzers gets half of FUZZ_SECONDS (at least 1 s)
-FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / 2 )); [ $$s -ge 1 ] && echo $$s || echo 1)
+# each of the four fuzzers gets a quarter of FUZZ_SECONDS (at least 1 s)
+FUZZ_TARGETS := fuzz_safetensors fuzz_graph fuzz_tokenizer fuzz_hf_config
+FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); [ $$s -ge 1 ] && echo $$s || echo 1)
 BIN := build/release/meganeura
 
 .PHONY: all deps build asan fuzz data demo lm-demo test clean
@@ -35,7 +37,7 @@ asan: deps
 
 fuzz: deps
 	@cmake -S . -B build/fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMN_FUZZ=ON -DMN_VULKAN=OFF >/dev/null
-	@cmake --build build/fuzz -j$(JOBS) --target fuzz_safetensors fuzz_graph
+	@cmake --build build/fuzz -j$(JOBS) --target $(FUZZ_TARGETS)
 
 data: build
 	@scripts/mnist.sh $(BIN)
@@ -48,9 +50,8 @@ lm-demo: build
 
 test: build asan fuzz data
 	ctest --test-dir build/release --output-on-failure -j$(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build/asan --output-on-failure -j$(JOBS) -LE slow
-	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_safetensors $(FUZZ_EACH)
-	tests/fuzz/run_fuzz.sh build/fuzz/tests/fuzz_graph $(FUZZ_EACH)
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan/vulkan-drivers.supp ctest --test-dir build/asan --output-on-failure -j$(JOBS) -LE slow
+	for f in $(FUZZ_TARGETS); do tests/fuzz/run_fuzz.sh build/fuzz/tests/$$f $(FUZZ_EACH) || exit 1; done
 
 clean:
 	rm -rf build
