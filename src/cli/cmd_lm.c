@@ -25,45 +25,13 @@
 #include <sys/stat.h>
 
 #include "cli/cmd_lm.h"
+#include "cli/messages.h"
 #include "cli/progress.h"
 #include "io/text.h"
 #include "meganeura_models.h"
 
-#define EXIT_ERROR 1
-#define EXIT_USAGE 2
 #define MAX_STOP 16
 #define MAX_TEXT_BYTES ((size_t)1 << 30)
-
-typedef struct shown {
-    char s[512];
-} shown;
-static shown show(const char *p) {
-    shown r;
-    io_esc(r.s, sizeof r.s, p ? p : "(null)");
-    return r;
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-    va_list ap;
-    fputs("meganeura: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return EXIT_ERROR;
-}
-
-static int usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    fprintf(stderr, "meganeura: %s: ", cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry 'meganeura %s --help' for more information.\n", cmd);
-    return EXIT_USAGE;
-}
 
 typedef struct args {
     int argc, i;
@@ -83,7 +51,7 @@ static bool flag(args *a, const char *name, const char **val) {
     }
     if (arg[n] != 0) return false;
     if (a->i + 1 >= a->argc) {
-        a->status = usage(a->cmd, "option '%s' needs a value", name);
+        a->status = usage_error(a->cmd, "option '%s' needs a value", name);
         return true;
     }
     *val = a->argv[a->i + 1];
@@ -236,35 +204,35 @@ int cmd_generate(int argc, char **argv) {
         else if (flag(&a, "--tokenizer", &v)) tok_path = v;
         else if (flag(&a, "--max-tokens", &v)) {
             if (!a.status && !to_int(v, 1, 1 << 20, &max_new))
-                return usage("generate", "--max-tokens must be an integer in 1..%d, got '%s'", 1 << 20, show(v).s);
+                return usage_error("generate", "--max-tokens must be an integer in 1..%d, got '%s'", 1 << 20, show(v).s);
         } else if (flag(&a, "--chunk", &v)) {
             if (!a.status && !to_int(v, 1, 4096, &chunk))
-                return usage("generate", "--chunk must be an integer in 1..4096, got '%s'", show(v).s);
+                return usage_error("generate", "--chunk must be an integer in 1..4096, got '%s'", show(v).s);
         } else if (flag(&a, "--temperature", &v)) {
             if (!a.status && !to_real(v, 0, 100, &temp))
-                return usage("generate", "--temperature must be a number in 0..100, got '%s'", show(v).s);
+                return usage_error("generate", "--temperature must be a number in 0..100, got '%s'", show(v).s);
         } else if (flag(&a, "--top-k", &v)) {
             if (!a.status && !to_int(v, 0, INT32_MAX, &top_k))
-                return usage("generate", "--top-k must be an integer >= 0, got '%s'", show(v).s);
+                return usage_error("generate", "--top-k must be an integer >= 0, got '%s'", show(v).s);
         } else if (flag(&a, "--top-p", &v)) {
             if (!a.status && !to_real(v, 0, 1, &top_p))
-                return usage("generate", "--top-p must be a number in 0..1, got '%s'", show(v).s);
+                return usage_error("generate", "--top-p must be a number in 0..1, got '%s'", show(v).s);
         } else if (flag(&a, "--seed", &v)) {
             int64_t sd = 0;
             if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
-                return usage("generate", "--seed must be a non-negative integer, got '%s'", show(v).s);
+                return usage_error("generate", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
         } else if (flag(&a, "--stop", &v)) {
-            if (!a.status && nstops == MAX_STOP) return usage("generate", "at most %d --stop tokens", MAX_STOP);
+            if (!a.status && nstops == MAX_STOP) return usage_error("generate", "at most %d --stop tokens", MAX_STOP);
             stops[nstops++] = v;
         } else if (flag(&a, "--backend", &v)) {
             if (!a.status && !to_backend(v, &be))
-                return usage("generate", "--backend must be cpu or vulkan, got '%s'", show(v).s);
-        } else return usage("generate", "unknown option '%s'", show(argv[a.i]).s);
+                return usage_error("generate", "--backend must be cpu or vulkan, got '%s'", show(v).s);
+        } else return usage_error("generate", "unknown option '%s'", show(argv[a.i]).s);
     }
     if (a.status) return a.status;
-    if (!dir) return usage("generate", "--model DIR is required");
-    if (!prompt) return usage("generate", "--prompt TEXT is required");
+    if (!dir) return usage_error("generate", "--model DIR is required");
+    if (!prompt) return usage_error("generate", "--prompt TEXT is required");
     if (check_model_dir(dir, !tok_path, true)) return EXIT_ERROR;
     char tpath[4200], err[2048];
     if (!tok_path) {
@@ -503,7 +471,7 @@ int cmd_train_lm(int argc, char **argv) {
 #define INTOPT(name, var, lo, hi)                                                                                      \
     else if (flag(&a, name, &v)) {                                                                                     \
         if (!a.status && !to_int(v, lo, hi, &var))                                                                     \
-            return usage("train lm", name " must be an integer in %lld..%lld, got '%s'", (long long)(lo),            \
+            return usage_error("train lm", name " must be an integer in %lld..%lld, got '%s'", (long long)(lo),            \
                          (long long)(hi), show(v).s);                                                                  \
     }
         INTOPT("--seq", T, 1, 1 << 16)
@@ -515,29 +483,29 @@ int cmd_train_lm(int argc, char **argv) {
 #undef INTOPT
         else if (flag(&a, "--lr", &v)) {
             if (!a.status && (!to_real(v, 0, 10, &lr) || lr <= 0))
-                return usage("train lm", "--lr must be a number in (0, 10], got '%s'", show(v).s);
+                return usage_error("train lm", "--lr must be a number in (0, 10], got '%s'", show(v).s);
         } else if (flag(&a, "--clip", &v)) {
             if (!a.status && !to_real(v, 0, 1e9, &clip))
-                return usage("train lm", "--clip must be a number >= 0, got '%s'", show(v).s);
+                return usage_error("train lm", "--clip must be a number >= 0, got '%s'", show(v).s);
         } else if (flag(&a, "--weight-decay", &v)) {
             if (!a.status && !to_real(v, 0, 10, &wd))
-                return usage("train lm", "--weight-decay must be a number in 0..10, got '%s'", show(v).s);
+                return usage_error("train lm", "--weight-decay must be a number in 0..10, got '%s'", show(v).s);
         } else if (flag(&a, "--seed", &v)) {
             int64_t sd = 0;
             if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
-                return usage("train lm", "--seed must be a non-negative integer, got '%s'", show(v).s);
+                return usage_error("train lm", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
         } else if (flag(&a, "--backend", &v)) {
             if (!a.status && !to_backend(v, &be))
-                return usage("train lm", "--backend must be cpu or vulkan, got '%s'", show(v).s);
-        } else return usage("train lm", "unknown option '%s'", show(argv[a.i]).s);
+                return usage_error("train lm", "--backend must be cpu or vulkan, got '%s'", show(v).s);
+        } else return usage_error("train lm", "unknown option '%s'", show(argv[a.i]).s);
     }
     if (a.status) return a.status;
-    if (!dir == !cfg_path) return usage("train lm", "give exactly one of --model DIR and --config FILE");
-    if (!data) return usage("train lm", "--data FILE.txt is required");
-    if (cfg_path && !tok_path) return usage("train lm", "--config needs --tokenizer FILE (tokenizer.json)");
-    if (steps && epochs) return usage("train lm", "give --steps or --epochs, not both");
-    if (resume && !ckpt) return usage("train lm", "--resume needs --checkpoint FILE");
+    if (!dir == !cfg_path) return usage_error("train lm", "give exactly one of --model DIR and --config FILE");
+    if (!data) return usage_error("train lm", "--data FILE.txt is required");
+    if (cfg_path && !tok_path) return usage_error("train lm", "--config needs --tokenizer FILE (tokenizer.json)");
+    if (steps && epochs) return usage_error("train lm", "give --steps or --epochs, not both");
+    if (resume && !ckpt) return usage_error("train lm", "--resume needs --checkpoint FILE");
     if (dir && check_model_dir(dir, !tok_path, true)) return EXIT_ERROR;
     if (!is_file(data)) return fail("--data %s: no such file", show(data).s);
     char tpath[4200], err[2048];

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "cli/cmd_lm.h"
+#include "cli/messages.h"
 #include "cli/models.h"
 #include "cli/progress.h"
 #include "io/mnist.h"
@@ -36,9 +37,6 @@
 #include "io/text.h"
 #include "meganeura.h"
 
-#define EXIT_ERROR 1
-#define EXIT_USAGE 2
-#define EXIT_INTERRUPTED 130
 
 /* Evaluation batch: divides the 2,000 test images; a last partial batch (other
  * data files) is padded with zeros and the padding ignored. */
@@ -76,43 +74,6 @@ static volatile sig_atomic_t g_interrupted;
 static void on_sigint(int sig) {
     (void)sig;
     g_interrupted = 1;
-}
-
-/* ---- messages ------------------------------------------------------------ */
-
-/* A path (or any untrusted string) as shown in messages: escaped, long ones
- * shortened in the middle. */
-typedef struct shown_path {
-    char s[IO_ESC_PATH];
-} shown_path;
-static shown_path show(const char *p) {
-    shown_path r;
-    io_esc(r.s, sizeof r.s, p);
-    return r;
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...) {
-    va_list ap;
-    fputs("meganeura: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return EXIT_ERROR;
-}
-
-/* cmd: "train", "eval", ... or NULL for the top level. */
-static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage_error(const char *cmd, const char *fmt, ...) {
-    va_list ap;
-    fputs("meganeura: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry 'meganeura%s%s --help' for more information.\n", cmd ? " " : "",
-            cmd ? cmd : "");
-    return EXIT_USAGE;
 }
 
 static void help_main(FILE *f) {
