@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "cli/cmd_lm.h"
+#include "cli/args.h"
 #include "cli/messages.h"
 #include "cli/progress.h"
 #include "io/text.h"
@@ -33,51 +34,6 @@
 #define MAX_STOP 16
 #define MAX_TEXT_BYTES ((size_t)1 << 30)
 
-typedef struct args {
-    int argc, i;
-    char **argv;
-    const char *cmd;
-    int status;
-} args;
-
-static bool flag(args *a, const char *name, const char **val) {
-    const char *arg = a->argv[a->i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0) return false;
-    if (arg[n] == '=') {
-        *val = arg + n + 1;
-        a->i++;
-        return true;
-    }
-    if (arg[n] != 0) return false;
-    if (a->i + 1 >= a->argc) {
-        a->status = usage_error(a->cmd, "option '%s' needs a value", name);
-        return true;
-    }
-    *val = a->argv[a->i + 1];
-    a->i += 2;
-    return true;
-}
-
-static bool is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
-
-static bool to_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != 0 || errno != 0 || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool to_real(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end != 0 || errno != 0 || !isfinite(v) || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
 
 static bool to_backend(const char *s, mn_backend_kind *out) {
     if (strcmp(s, "cpu") == 0) *out = MN_BACKEND_CPU;
@@ -186,7 +142,7 @@ static bool on_token(int32_t id, void *user) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    args a = {argc, 1, argv, "generate", 0};
+    args a = {argc, argv, 1, "generate", 0};
     const char *dir = NULL, *prompt = NULL, *tok_path = NULL, *v;
     const char *stops[MAX_STOP];
     int nstops = 0;
@@ -199,33 +155,33 @@ int cmd_generate(int argc, char **argv) {
         if (is_help(argv[a.i])) {
             help_generate(stdout);
             return 0;
-        } else if (flag(&a, "--model", &v)) dir = v;
-        else if (flag(&a, "--prompt", &v)) prompt = v;
-        else if (flag(&a, "--tokenizer", &v)) tok_path = v;
-        else if (flag(&a, "--max-tokens", &v)) {
-            if (!a.status && !to_int(v, 1, 1 << 20, &max_new))
+        } else if (flag_value(&a, "--model", &v)) dir = v;
+        else if (flag_value(&a, "--prompt", &v)) prompt = v;
+        else if (flag_value(&a, "--tokenizer", &v)) tok_path = v;
+        else if (flag_value(&a, "--max-tokens", &v)) {
+            if (!a.status && !parse_int(v, 1, 1 << 20, &max_new))
                 return usage_error("generate", "--max-tokens must be an integer in 1..%d, got '%s'", 1 << 20, show(v).s);
-        } else if (flag(&a, "--chunk", &v)) {
-            if (!a.status && !to_int(v, 1, 4096, &chunk))
+        } else if (flag_value(&a, "--chunk", &v)) {
+            if (!a.status && !parse_int(v, 1, 4096, &chunk))
                 return usage_error("generate", "--chunk must be an integer in 1..4096, got '%s'", show(v).s);
-        } else if (flag(&a, "--temperature", &v)) {
-            if (!a.status && !to_real(v, 0, 100, &temp))
+        } else if (flag_value(&a, "--temperature", &v)) {
+            if (!a.status && !parse_real(v, 0, 100, &temp))
                 return usage_error("generate", "--temperature must be a number in 0..100, got '%s'", show(v).s);
-        } else if (flag(&a, "--top-k", &v)) {
-            if (!a.status && !to_int(v, 0, INT32_MAX, &top_k))
+        } else if (flag_value(&a, "--top-k", &v)) {
+            if (!a.status && !parse_int(v, 0, INT32_MAX, &top_k))
                 return usage_error("generate", "--top-k must be an integer >= 0, got '%s'", show(v).s);
-        } else if (flag(&a, "--top-p", &v)) {
-            if (!a.status && !to_real(v, 0, 1, &top_p))
+        } else if (flag_value(&a, "--top-p", &v)) {
+            if (!a.status && !parse_real(v, 0, 1, &top_p))
                 return usage_error("generate", "--top-p must be a number in 0..1, got '%s'", show(v).s);
-        } else if (flag(&a, "--seed", &v)) {
+        } else if (flag_value(&a, "--seed", &v)) {
             int64_t sd = 0;
-            if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
+            if (!a.status && !parse_int(v, 0, INT64_MAX, &sd))
                 return usage_error("generate", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
-        } else if (flag(&a, "--stop", &v)) {
+        } else if (flag_value(&a, "--stop", &v)) {
             if (!a.status && nstops == MAX_STOP) return usage_error("generate", "at most %d --stop tokens", MAX_STOP);
             stops[nstops++] = v;
-        } else if (flag(&a, "--backend", &v)) {
+        } else if (flag_value(&a, "--backend", &v)) {
             if (!a.status && !to_backend(v, &be))
                 return usage_error("generate", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else return usage_error("generate", "unknown option '%s'", show(argv[a.i]).s);
@@ -448,7 +404,7 @@ static int copy_file(const char *from, const char *to) {
 }
 
 int cmd_train_lm(int argc, char **argv) {
-    args a = {argc, 1, argv, "train lm", 0};
+    args a = {argc, argv, 1, "train lm", 0};
     const char *dir = NULL, *cfg_path = NULL, *tok_path = NULL, *data = NULL, *ckpt = NULL, *out = NULL, *v;
     int64_t T = 128, B = 8, steps = 0, epochs = 0, warmup = -1, eval_every = 0;
     double lr = 1e-3, clip = 1.0, wd = 0.01;
@@ -462,15 +418,15 @@ int cmd_train_lm(int argc, char **argv) {
         } else if (strcmp(argv[a.i], "--resume") == 0) {
             resume = true;
             a.i++;
-        } else if (flag(&a, "--model", &v)) dir = v;
-        else if (flag(&a, "--config", &v)) cfg_path = v;
-        else if (flag(&a, "--tokenizer", &v)) tok_path = v;
-        else if (flag(&a, "--data", &v)) data = v;
-        else if (flag(&a, "--checkpoint", &v)) ckpt = v;
-        else if (flag(&a, "--out", &v)) out = v;
+        } else if (flag_value(&a, "--model", &v)) dir = v;
+        else if (flag_value(&a, "--config", &v)) cfg_path = v;
+        else if (flag_value(&a, "--tokenizer", &v)) tok_path = v;
+        else if (flag_value(&a, "--data", &v)) data = v;
+        else if (flag_value(&a, "--checkpoint", &v)) ckpt = v;
+        else if (flag_value(&a, "--out", &v)) out = v;
 #define INTOPT(name, var, lo, hi)                                                                                      \
-    else if (flag(&a, name, &v)) {                                                                                     \
-        if (!a.status && !to_int(v, lo, hi, &var))                                                                     \
+    else if (flag_value(&a, name, &v)) {                                                                                     \
+        if (!a.status && !parse_int(v, lo, hi, &var))                                                                     \
             return usage_error("train lm", name " must be an integer in %lld..%lld, got '%s'", (long long)(lo),            \
                          (long long)(hi), show(v).s);                                                                  \
     }
@@ -481,21 +437,21 @@ int cmd_train_lm(int argc, char **argv) {
         INTOPT("--warmup", warmup, 0, INT32_MAX)
         INTOPT("--eval-every", eval_every, 1, INT32_MAX)
 #undef INTOPT
-        else if (flag(&a, "--lr", &v)) {
-            if (!a.status && (!to_real(v, 0, 10, &lr) || lr <= 0))
+        else if (flag_value(&a, "--lr", &v)) {
+            if (!a.status && (!parse_real(v, 0, 10, &lr) || lr <= 0))
                 return usage_error("train lm", "--lr must be a number in (0, 10], got '%s'", show(v).s);
-        } else if (flag(&a, "--clip", &v)) {
-            if (!a.status && !to_real(v, 0, 1e9, &clip))
+        } else if (flag_value(&a, "--clip", &v)) {
+            if (!a.status && !parse_real(v, 0, 1e9, &clip))
                 return usage_error("train lm", "--clip must be a number >= 0, got '%s'", show(v).s);
-        } else if (flag(&a, "--weight-decay", &v)) {
-            if (!a.status && !to_real(v, 0, 10, &wd))
+        } else if (flag_value(&a, "--weight-decay", &v)) {
+            if (!a.status && !parse_real(v, 0, 10, &wd))
                 return usage_error("train lm", "--weight-decay must be a number in 0..10, got '%s'", show(v).s);
-        } else if (flag(&a, "--seed", &v)) {
+        } else if (flag_value(&a, "--seed", &v)) {
             int64_t sd = 0;
-            if (!a.status && !to_int(v, 0, INT64_MAX, &sd))
+            if (!a.status && !parse_int(v, 0, INT64_MAX, &sd))
                 return usage_error("train lm", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
-        } else if (flag(&a, "--backend", &v)) {
+        } else if (flag_value(&a, "--backend", &v)) {
             if (!a.status && !to_backend(v, &be))
                 return usage_error("train lm", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else return usage_error("train lm", "unknown option '%s'", show(argv[a.i]).s);

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "cli/cmd_lm.h"
+#include "cli/args.h"
 #include "cli/messages.h"
 #include "cli/models.h"
 #include "cli/progress.h"
@@ -194,46 +195,6 @@ static void help_data(FILE *f) {
 }
 
 /* ---- argument parsing ---------------------------------------------------- */
-
-typedef struct args {
-    int argc;
-    char **argv;
-    int i; /* the argument under examination */
-    const char *cmd;
-    int status; /* EXIT_USAGE once a usage error has been printed */
-} args;
-
-static bool is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
-
-/* If argv[i] is `--name VALUE` or `--name=VALUE`, stores VALUE, advances past
- * it and returns true. A missing value prints a usage error (a->status). */
-static bool flag_value(args *a, const char *name, const char **val) {
-    const char *arg = a->argv[a->i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0) return false;
-    if (arg[n] == '=') {
-        *val = arg + n + 1;
-        a->i++;
-        return true;
-    }
-    if (arg[n] != 0) return false;
-    if (a->i + 1 >= a->argc) {
-        a->status = usage_error(a->cmd, "option '%s' needs a value", name);
-        return true;
-    }
-    *val = a->argv[a->i + 1];
-    a->i += 2;
-    return true;
-}
-
-static bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end != 0 || errno != 0 || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
 
 static bool parse_u64(const char *s, uint64_t *out) {
     if (s[0] < '0' || s[0] > '9') return false; /* strtoull accepts "-1" */
