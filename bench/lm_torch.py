@@ -10,7 +10,7 @@
          f32, batch 1: prefill = one forward pass over N tokens (median ms);
          decode = model.generate greedy with M new tokens minus the same with 1
          new token, per token. --compile: static KV cache + torch.compile
-         (the transformers recipe), both measured after warm-up
+         (default mode), both measured after warm-up
   export-check --dir DIR --prompt TEXT --tokens K --ours FILE
          loads DIR (our mn_llama_export) with LlamaForCausalLM.from_pretrained,
          generates K tokens greedily, and compares the text with FILE (what
@@ -82,7 +82,10 @@ def infer(a):
         kind = "compiled"
         fwd = torch.compile(fwd)
         m.generation_config.cache_implementation = "static"
-        m.forward = torch.compile(m.forward, mode="reduce-overhead", fullgraph=True)
+        # default mode: "reduce-overhead" (CUDA graphs) fails inside generate
+        # with the static cache in this torch/transformers pair ("accessing
+        # tensor output of CUDAGraphs that has been overwritten")
+        m.forward = torch.compile(m.forward, fullgraph=True)
 
     def prefill():
         with torch.no_grad():
