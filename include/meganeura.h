@@ -549,7 +549,8 @@ mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum
 #define MN_MEMORY_ARENAS 4
 mn_status mn_session_memory_arenas(const mn_session *s, size_t bytes[MN_MEMORY_ARENAS]);
 /* what: "graph" (the session's graph after autodiff and optimizer insertion),
- * "schedule", "memplan". The MEGANEURA_DUMP environment variable (a comma list
+ * "schedule", "kernels" (the kernel plan: which nodes one dispatch computes),
+ * "memplan". The MEGANEURA_DUMP environment variable (a comma list
  * of the same words) prints them to stderr at session build. */
 mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f);
 

@@ -227,7 +227,7 @@ static void check_chunked(const mn_session *s, unsigned seed) {
     for (int k = 0; k < 3; k++) {
         memplan mp;
         char err[512] = "";
-        memplan_options mo = {4, true, k == 2 ? tight * 2 : tight};
+        memplan_options mo = {4, true, k == 2 ? tight * 2 : tight, NULL};
         if (k == 1) mo.reuse = false;
         mn_status st = memplan_build(&mp, g, s->sched.order, s->sched.n, live, &mo, err, sizeof err);
         CHECK_OK(st, err);
@@ -247,7 +247,7 @@ static void check_chunked(const mn_session *s, unsigned seed) {
     if (most > 256) { /* a chunk below the largest tensor: an error naming it */
         memplan mp;
         char err[512] = "";
-        memplan_options mo = {4, true, 256};
+        memplan_options mo = {4, true, 256, NULL};
         CHECK(memplan_build(&mp, g, s->sched.order, s->sched.n, live, &mo, err, sizeof err) == MN_E_UNSUPPORTED);
         CHECK_MSG(strstr(err, "tensor '") && strstr(err, "more than the 256 bytes"), "message: %s", err);
     }

@@ -97,7 +97,7 @@ static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *wh
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0};
+    memplan_options mo = {4, false, 0, NULL};
     char err[512] = "";
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
     CHECK_OK(st, err);
@@ -473,7 +473,7 @@ static mn_status gen_one(vk_kernel *k, const mn_graph *g, int32_t id, const vk_c
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0};
+    memplan_options mo = {4, false, 0, NULL};
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, cap);
     if (st) return st;
     st = vk_codegen_node(k, g, id, &mp, caps, err, cap);

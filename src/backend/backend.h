@@ -28,10 +28,17 @@ typedef struct program {
      * of the execute so that reading them costs no extra round trip. */
     int32_t readback[PROGRAM_MAX_READBACK];
     int nreadback;
+    /* The kernel plan (kir.h): kernel_root[i] != i for a node folded into
+     * kernel_root[i]'s kernel (no storage, nothing to dispatch; its root,
+     * later in order, computes it). NULL: every node is its own kernel.
+     * Only for backends with fuse_pointwise. */
+    const int32_t *kernel_root;
 } program;
 
 typedef struct backend_vtable {
     const char *name;
+    /* Generates one kernel for a group of pointwise nodes (kir.h). */
+    bool fuse_pointwise;
     mn_status (*create)(void **out, const program *p, char *err, size_t cap);
     void (*destroy)(void *b);
     mn_status (*write)(void *b, int32_t node, const void *src, size_t bytes, char *err, size_t cap);

@@ -265,10 +265,12 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     mp->slots = calloc((size_t)n, sizeof *mp->slots);
     int32_t *root = malloc((size_t)n * sizeof *root);
     int32_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
-    uint8_t *io = calloc((size_t)n, 1), *held = calloc((size_t)n, 1);
+    uint8_t *io = calloc((size_t)n, 1), *held = calloc((size_t)n, 1), *fused = calloc((size_t)n, 1);
+    const int32_t *kr = opt->kernel_root;
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
     mp_freeset work;
     mn_status fst = mp_fs_init(&work);
-    if (!mp->slots || !root || !first || !last || !io || !held || fst) {
+    if (!mp->slots || !root || !first || !last || !io || !held || !fused || !pos || fst) {
         st = MN_E_NOMEM;
         mn_fmt(err, cap, "memplan: out of memory for %d nodes", n);
         goto done;
@@ -276,8 +278,14 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     for (int32_t i = 0; i < n; i++) {
         mp->slots[i].arena = -1;
         root[i] = memplan_root(g, i);
-        first[i] = last[i] = -1;
+        first[i] = last[i] = pos[i] = -1;
     }
+    /* fused[i]: 1 = a member folded into another kernel (no storage), 2 = a
+     * root with members */
+    for (int32_t t = 0; t < norder; t++) pos[order[t]] = t;
+    if (kr)
+        for (int32_t t = 0; t < norder; t++)
+            if (kr[order[t]] != order[t]) fused[order[t]] = 1, fused[kr[order[t]]] = 2;
     /* a root is pinned to the io arena if any alias of it is an output or the loss */
     for (int32_t i = 0; i < n; i++)
         if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ))) io[root[i]] = 1;
@@ -285,16 +293,20 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     for (int32_t t = 0; t < norder; t++) {
         const node *nd = &g->nodes[order[t]];
         int32_t r = root[order[t]];
-        if (first[r] < 0) first[r] = t;
-        if (last[r] < t) last[r] = t;
+        /* a member's reads happen when its kernel runs, at the root */
+        const int32_t at = fused[order[t]] == 1 ? pos[kr[order[t]]] : t;
+        if (fused[order[t]] != 1) {
+            if (first[r] < 0) first[r] = t;
+            if (last[r] < t) last[r] = t;
+        }
         for (int k = 0; k < nd->nin; k++) {
             int32_t ri = root[nd->in[k]];
-            if (last[ri] < t) last[ri] = t;
+            if (last[ri] < at) last[ri] = at;
         }
     }
     /* pinned roots: one range each, for the whole session */
     for (int32_t i = 0; i < n; i++) {
-        if (!live[i] || root[i] != i) continue;
+        if (!live[i] || root[i] != i || fused[i] == 1) continue;
         const node *nd = &g->nodes[i];
         uint64_t bytes = node_bytes(nd, opt->real_size);
         if (!mn_add_u64(&mp->sum_bytes, mp->sum_bytes, align_up(bytes))) goto overflow;
@@ -315,9 +327,10 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     for (int32_t t = 0; t < norder; t++) {
         int32_t id = order[t];
         const node *nd = &g->nodes[id];
+        if (fused[id] == 1) continue; /* computed (and its reads released) at its root */
         bool place = root[id] == id && mp->slots[id].arena < 0, reused = false;
         uint64_t bytes = node_bytes(nd, opt->real_size), off = 0;
-        if (place && opt->reuse && op_inplace(nd->op) && nd->nin > 0) {
+        if (place && opt->reuse && op_inplace(nd->op) && nd->nin > 0 && !fused[id]) {
             int32_t src = root[nd->in[0]];
             const node *sn = &g->nodes[src];
             bool ok = mp->slots[src].arena == MP_ARENA_WORK && held[src] && last[src] == t &&
@@ -352,11 +365,16 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         }
         /* release every work root whose last use is this position */
         if (opt->reuse) {
-            for (int k = 0; k < nd->nin; k++) {
-                int32_t r = root[nd->in[k]];
-                if (held[r] && last[r] == t) {
-                    held[r] = 0;
-                    if ((st = mp_fs_release(&work, mp->slots[r].offset, align_up(mp->slots[r].bytes)))) goto nomem;
+            /* the inputs of this kernel: the node's and its members' (right before it) */
+            for (int32_t j = t; j >= 0 && (j == t || fused[order[j]] == 1); j--) {
+                const node *rd = &g->nodes[order[j]];
+                for (int k = 0; k < rd->nin; k++) {
+                    int32_t r = root[rd->in[k]];
+                    if (held[r] && last[r] == t) {
+                        held[r] = 0;
+                        if ((st = mp_fs_release(&work, mp->slots[r].offset, align_up(mp->slots[r].bytes))))
+                            goto nomem;
+                    }
                 }
             }
             if (place && held[id] && last[id] <= t) {
@@ -390,6 +408,8 @@ nomem:
 done:
     mp_fs_destroy(&work);
     free(held);
+    free(fused);
+    free(pos);
     free(root);
     free(first);
     free(last);

@@ -45,6 +45,12 @@ typedef struct memplan_options {
     size_t real_size; /* 4 or 8 */
     bool reuse;       /* false: every tensor gets its own range (the reference for tests) */
     uint64_t chunk_bytes; /* 0, or a multiple of 256: no tensor straddles a multiple of it */
+    /* The kernel plan (kir.h): kernel_root[i] != i marks a node folded into
+     * kernel_root[i]'s kernel, which must directly follow it and its fellow
+     * members in the order: it gets no storage and its reads count at the
+     * root's position; a root with members is never placed in place. NULL:
+     * every node is its own kernel. */
+    const int32_t *kernel_root;
 } memplan_options;
 
 /* order: the executed non-source nodes in execution order; live[i] != 0 for

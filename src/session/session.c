@@ -81,6 +81,7 @@ static void dump_env(mn_session *s) {
     if (strstr(d, "graph")) mn_session_dump(s, "graph", stderr);
     if (strstr(d, "schedule")) mn_session_dump(s, "schedule", stderr);
     if (strstr(d, "memplan")) mn_session_dump(s, "memplan", stderr);
+    if (strstr(d, "kernels")) mn_session_dump(s, "kernels", stderr);
 }
 
 /* An upper bound, tight to a few bytes per tensor, of the JSON header of
@@ -220,13 +221,17 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         for (int32_t i = 0; i < s->nuser; i++)
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
     st = schedule_build(&s->sched, g, live, fwd);
+    if (!st) {
+        kir_options ko = {s->be->fuse_pointwise && kir_fusion_enabled()};
+        st = kir_build(&s->kernels, g, &s->sched, &ko);
+    }
     /* the device first (the session's own when none is shared): its limit
      * on one binding is the memory plan's chunk size */
     if (!st && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
         fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
     if (!st) {
         uint64_t chunk = s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
-        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk};
+        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk, s->kernels.fused ? s->kernels.root : NULL};
         st = memplan_build(&s->plan, g, s->sched.order, s->sched.n, live, &mo, s->err, sizeof s->err);
     }
     free(live);
@@ -234,7 +239,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     /* the backend keeps pointers into the program: it lives in the session */
     s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
-                        {0}, 0};
+                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL};
     if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
     if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
@@ -274,6 +279,7 @@ void mn_session_destroy(mn_session *s) {
     device_release(s->device);
     memplan_free(&s->plan);
     schedule_free(&s->sched);
+    kir_free(&s->kernels);
     session_subsets_free(s);
     mn_graph_destroy(s->g);
     free(s->grads);
@@ -468,6 +474,7 @@ mn_status mn_session_dump(const mn_session *s, const char *what, FILE *f) {
     if (s->dead) return MN_E_STATE;
     if (strcmp(what, "schedule") == 0) schedule_dump(&s->sched, s->g, f);
     else if (strcmp(what, "memplan") == 0) memplan_dump(&s->plan, s->g, f);
+    else if (strcmp(what, "kernels") == 0) kir_dump(&s->kernels, s->g, &s->sched, f);
     else return MN_E_INVALID;
     return MN_OK;
 }

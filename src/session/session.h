@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "graph/graph.h"
 #include "memplan/memplan.h"
+#include "kir/kir.h"
 #include "schedule/schedule.h"
 
 typedef struct session_internal_options {
@@ -58,6 +59,7 @@ struct mn_session {
     int32_t hyper;     /* "__hyper" input or MN_NONE */
     int32_t gate;      /* STEP_GATE read after each step (non-finite check) or MN_NONE */
     schedule sched;
+    kir kernels; /* the kernel plan over sched (identity where the backend does not fuse) */
     memplan plan;
     program prog; /* what the backend was built from; outlives it */
     const backend_vtable *be;

@@ -35,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "backend/vulkan/vk_hazard.h"
+#include "kir/kir.h"
 #include "backend/vulkan/vk_util.h"
 #include "io/file.h"
 
@@ -54,7 +55,12 @@ typedef struct node_rt {
     int32_t pipe; /* index into pipes, -1: nothing to dispatch */
     uint32_t groups[3];
     uint32_t push[8];
-    VkDescriptorSet set; /* binding 0: the output, 1 + i: input i */
+    VkDescriptorSet set; /* binding j: the tensor opnd[j] */
+    /* the dispatch's operands: opnd[0] = the output (the node), then the
+     * inputs (the node's, or a fused group's input tensors, kir.h) */
+    int32_t opnd[MAX_OPERANDS];
+    uint8_t nopnd;
+    uint8_t written; /* bit j: operand j >= 1 is written in place too */
 } node_rt;
 
 typedef struct pipe_entry {
@@ -391,7 +397,7 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
         int32_t id = p->order[i];
         if (b->rt[id].pipe < 0) continue;
         nsets++;
-        ndesc += 1 + (uint32_t)p->g->nodes[id].nin;
+        ndesc += b->rt[id].nopnd;
     }
     if (!nsets) return MN_OK;
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
@@ -408,12 +414,11 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
         int32_t id = p->order[i];
         node_rt *rt = &b->rt[id];
         if (rt->pipe < 0) continue;
-        const node *n = &p->g->nodes[id];
         VKCHECK(vkAllocateDescriptorSets(b->c.device, &ai, &rt->set), "vkAllocateDescriptorSets");
         VkDescriptorBufferInfo info[MAX_OPERANDS];
         VkWriteDescriptorSet w[MAX_OPERANDS];
-        for (int k = 0; k <= n->nin; k++) {
-            operand_span o = operand(b, k == 0 ? id : n->in[k - 1]);
+        for (int k = 0; k < rt->nopnd; k++) {
+            operand_span o = operand(b, rt->opnd[k]);
             info[k] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
             w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
             w[k].dstSet = rt->set;
@@ -422,7 +427,7 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
             w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
             w[k].pBufferInfo = &info[k];
         }
-        vkUpdateDescriptorSets(b->c.device, (uint32_t)n->nin + 1, w, 0, NULL);
+        vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
     }
     return MN_OK;
 }
@@ -539,12 +544,38 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
     vk_kernel *k = malloc(sizeof *k);
     if (!k) return MN_E_NOMEM;
     mn_status st = MN_OK;
+    const int32_t *kr = p->kernel_root;
     for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
         const node *n = &p->g->nodes[id];
         node_rt *rt = &b->rt[id];
         rt->pipe = -1;
-        if ((st = vk_codegen_node(k, p->g, id, p->plan, &b->c.caps, err, cap))) break;
+        if (kr && kr[id] != id) continue; /* computed by its root's kernel */
+        /* the members folded into this node's kernel directly precede it */
+        int nm = 0;
+        while (kr && nm < i && kr[p->order[i - 1 - nm]] == id) nm++;
+        rt->opnd[0] = id;
+        rt->written = 0;
+        if (nm) {
+            int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
+            int next = 0;
+            if (nm >= KIR_MAX_MEMBERS) {
+                mn_fmt(err, cap, "vulkan: fused kernel of %%%d has %d members", id, nm);
+                st = MN_E_INVALID;
+                break;
+            }
+            for (int j = 0; j < nm; j++) members[j] = p->order[i - nm + j];
+            if ((st = vk_codegen_fused(k, p->g, id, members, nm, ext, &next, &b->c.caps, err, cap))) break;
+            for (int j = 0; j < next; j++) rt->opnd[1 + j] = ext[j];
+            rt->nopnd = (uint8_t)(1 + next);
+        } else {
+            if ((st = vk_codegen_node(k, p->g, id, p->plan, &b->c.caps, err, cap))) break;
+            for (int j = 0; j < n->nin; j++) {
+                rt->opnd[1 + j] = n->in[j];
+                if (vk_input_written(n, j)) rt->written |= (uint8_t)(1u << (1 + j));
+            }
+            rt->nopnd = (uint8_t)(1 + n->nin);
+        }
         if (!k->tmpl) continue;
         char *src = vk_codegen_source(k);
         if (!src) {
@@ -558,8 +589,8 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
         st = get_pipeline(b, src, label, &rt->pipe, err, cap);
         free(src);
         memcpy(rt->groups, k->groups, sizeof rt->groups);
-        for (int j = 0; j <= n->nin && !st; j++) { /* pc.off: 32 bits */
-            int32_t t = j == 0 ? id : n->in[j - 1];
+        for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
+            int32_t t = rt->opnd[j];
             operand_span o = operand(b, t);
             if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
                 mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
@@ -581,13 +612,13 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
  * binding is readonly unless written), the output and the inputs the kernel
  * updates in place are written. Appends to acc; returns the count. */
 static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
-    const node *n = &b->p->g->nodes[id];
+    const node_rt *rt = &b->rt[id];
     int na = 0;
-    for (int k = 0; k <= n->nin; k++) {
-        operand_span o = operand(b, k == 0 ? id : n->in[k - 1]);
+    for (int k = 0; k < rt->nopnd; k++) {
+        operand_span o = operand(b, rt->opnd[k]);
         if (!o.live) continue;
         acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.range};
-        if (k > 0 && vk_input_written(n, k - 1)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.range};
+        if (rt->written & (1u << k)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.range};
     }
     return na;
 }
@@ -1185,6 +1216,7 @@ static void vk_device_close(void *dev) {
 
 const backend_vtable backend_vulkan = {
     .name = "vulkan",
+    .fuse_pointwise = true,
     .create = vkb_create,
     .destroy = vkb_destroy,
     .write = vkb_write,

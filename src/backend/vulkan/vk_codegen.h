@@ -56,7 +56,7 @@ typedef struct vk_caps {
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
 static inline int64_t vk_index_max(const vk_caps *c) { return c->index_max > 0 ? c->index_max : VK_INDEX_MAX_DEFAULT; }
 
-#define VK_DEFINES_CAP 6144
+#define VK_DEFINES_CAP 16384
 
 typedef struct vk_kernel {
     const char *tmpl;   /* template name; NULL = nothing to dispatch (views) */
@@ -65,6 +65,7 @@ typedef struct vk_kernel {
     uint32_t local[3];  /* workgroup size */
     uint32_t groups[3]; /* dispatch size */
     bool overflow;      /* defines did not fit: an error at vk_codegen_node's end */
+    char expr[512];     /* eltwise kernels: EXPR(a, b, c)'s text (fused kernels reuse it) */
 } vk_kernel;
 
 /* Appends "#define NAME VALUE\n" (printf-style value). */
@@ -99,6 +100,21 @@ void vk_float_literal(char *out, size_t cap, float v);
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
+/* One eltwise kernel for a fused group (kir.h): members[0..nm) (in order)
+ * and root, computed per element of root's output in registers. Writes the
+ * kernel's input tensors, in binding order, to ext (*next of them, at most
+ * KIR_MAX_INPUTS). */
+mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
+                           int32_t *ext, int *next, const vk_caps *caps, char *err, size_t cap);
+/* Helpers of vk_gen_pointwise.c shared with vk_gen_fused.c: the output's
+ * shape padded to 4 dims, numpy broadcast strides of x over it, the offset
+ * macro NAME(i), a workgroup size. */
+void vk_pad4(int64_t out[4], const node *n);
+void vk_bcast_strides(int64_t st[4], const node *x);
+mn_status vk_def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const int64_t dim[4],
+                        const int64_t st[4], char *err, size_t cap);
+uint32_t vk_pick_local(const vk_caps *caps, uint64_t want);
+
 /* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */
 char *vk_codegen_source(const vk_kernel *k);
 /* The embedded text of kernels/<name>.glsl, or NULL. */

@@ -206,6 +206,7 @@ static mn_status gen_gather(vk_kernel *k, const mn_graph *g, const node *n, cons
         if ((s = def_offset(k, g, n, name, "i", dim, st[j], err, cap))) return s;
     }
     vk_line(k, "#define EXPR(a, b, c) (%s)", expr);
+    snprintf(k->expr, sizeof k->expr, "%s", expr); /* for fused kernels (vk_gen_fused.c) */
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
     return MN_OK;
 }
@@ -576,3 +577,16 @@ mn_status vk_gen_bcast_expr(vk_kernel *k, const mn_graph *g, const node *n, cons
 }
 
 void vk_float_literal(char *out, size_t cap, float v) { snprintf(out, cap, "%s", flit_of(v).s); }
+
+/* ---- for fused pointwise kernels (vk_gen_fused.c) -------------------------- */
+
+void vk_pad4(int64_t out[4], const node *n) { pad4(out, n->rank, n->shape); }
+
+void vk_bcast_strides(int64_t st[4], const node *x) { bcast_strides(st, x->rank, x->shape); }
+
+mn_status vk_def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const int64_t dim[4],
+                        const int64_t st[4], char *err, size_t cap) {
+    return def_offset(k, g, n, name, "i", dim, st, err, cap);
+}
+
+uint32_t vk_pick_local(const vk_caps *caps, uint64_t want) { return pick_local(caps, want); }

@@ -5,6 +5,9 @@
 // by the pure data moves (stop_grad, broadcast, permute), which are gathers
 // with EXPR(a, b, c) = (a).
 //
+// Or, for a fused group of pointwise nodes (vk_gen_fused.c): FUSED_BODY(i)
+// computes the whole group per element and writes Y(i).
+//
 // Defines from vk_gen_pointwise.c / vk_gen_pointwise_ext.c:
 //   NIN           inputs read (1..3): a = X0, b = X1, c = X2
 //   IX0(i)..IX2(i) element of input k read for output element i; strides of
@@ -186,6 +189,12 @@ bool pw_keep(uint i, float counter) {
 void main() {
     uint i = GID;
     if (i >= Y_N) return;
+#ifdef FUSED_BODY
+    // a fused pointwise group (vk_gen_fused.c): reads r0.., member values
+    // v0.. (precise: no contraction across members, so the result is the
+    // unfused kernels' bit for bit), then Y(i)
+    FUSED_BODY(i)
+#else
     float a = X0(IX0(i));
 #if NIN > 1
     float b = X1(IX1(i));
@@ -198,4 +207,5 @@ void main() {
     float c = 0.0;
 #endif
     Y(i) = EXPR(a, b, c);
+#endif
 }

@@ -1,0 +1,61 @@
+/* kir.h - the kernel-level plan: which scheduled nodes run as one kernel.
+ *
+ * Between the schedule (which nodes run, in which order) and the memory plan
+ * and code generation. A kernel is a group of nodes computed by one
+ * dispatch: its root (the node whose value the kernel stores) and the
+ * members folded into it, whose values live only in registers. Today's pass
+ * fuses pointwise chains: an elementwise node (or a broadcast / permute
+ * gather of an input) whose every consumer is in the same group and whose
+ * shape is the root's is computed inside the root's kernel, at the root's
+ * element index. The pass regroups the schedule so that each group's
+ * members run contiguously right before their root (a dependency order:
+ * members feed only their group), and refuses to move a member past a node
+ * that writes a tensor in place (optimizer updates, KV-cache appends).
+ *
+ * Who reads it: memplan (members get no storage; their reads count at the
+ * root's position), the Vulkan backend (one dispatch per root, none for
+ * members), MEGANEURA_DUMP=kernels. Backends that do not fuse (the CPU
+ * reference) get the identity plan. MEGANEURA_FUSION=0 turns fusion off.
+ *
+ * Does not: decide what is live (passes/), place memory (memplan/),
+ * generate code (backends).
+ */
+#ifndef MN_KIR_H
+#define MN_KIR_H
+
+#include <stdio.h>
+
+#include "graph/graph.h"
+#include "schedule/schedule.h"
+
+/* Most members of one fused kernel (the root included) and distinct input
+ * tensors it binds (the preamble's X0..X5). */
+#define KIR_MAX_MEMBERS 24
+#define KIR_MAX_INPUTS 6
+
+typedef struct kir {
+    int32_t *root; /* per graph node: the root of the kernel computing it (itself if it is its own kernel) */
+    int32_t n;     /* graph nodes */
+    int32_t kernels; /* dispatching groups in the schedule (roots) */
+    int32_t fused;   /* nodes folded into another node's kernel */
+} kir;
+
+typedef struct kir_options {
+    bool fuse_pointwise; /* nodes flagged output, loss or read are never folded */
+} kir_options;
+
+/* Builds the plan over s and regroups s->order and s->fwd in place (the
+ * forward list stays a subsequence of the order). */
+mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o);
+void kir_free(kir *k);
+/* True if node id is folded into another node's kernel. */
+static inline bool kir_is_member(const kir *k, int32_t id) { return k && k->root && k->root[id] != id; }
+/* Whether MEGANEURA_FUSION allows fusing (unset or not "0"). */
+bool kir_fusion_enabled(void);
+/* The ops the pointwise pass may fold: elementwise ops and the gathers
+ * broadcast and permute (whose input then stays a kernel input). */
+bool kir_op_pointwise(op_id op);
+/* MEGANEURA_DUMP=kernels: one line per multi-node kernel. */
+void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f);
+
+#endif
