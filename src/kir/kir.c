@@ -31,18 +31,23 @@ static bool writes_in_place(op_id op) {
 /* Gathers read their input at another index than their own. */
 static bool is_gather(op_id op) { return op == OP_BROADCAST || op == OP_PERMUTE; }
 
+/* Pointwise, f32 in and out, rank <= 4 (the eltwise kernel's index space). */
 static bool fusible(const mn_graph *g, int32_t id) {
     const node *n = &g->nodes[id];
-    if (!kir_op_pointwise(n->op) || n->dtype != MN_F32) return false;
+    if (!kir_op_pointwise(n->op) || n->dtype != MN_F32 || n->rank > 4) return false;
     for (int i = 0; i < n->nin; i++)
-        if (g->nodes[n->in[i]].dtype != MN_F32) return false;
+        if (g->nodes[n->in[i]].dtype != MN_F32 || g->nodes[n->in[i]].rank > 4) return false;
     return true;
 }
 
-static bool same_shape(const node *a, const node *b) {
-    if (a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d]) return false;
+/* m reaches c's shape by numpy broadcasting (dims equal or 1, right-aligned):
+ * c reads m at a broadcast index, and the fused kernel computes m there. */
+static bool broadcasts_to(const node *m, const node *c) {
+    if (m->rank > c->rank) return false;
+    for (int d = 1; d <= m->rank; d++) {
+        const int64_t a = m->shape[m->rank - d], b = c->shape[c->rank - d];
+        if (a != b && a != 1) return false;
+    }
     return true;
 }
 
@@ -159,7 +164,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             group next;
             if (pos[m] < 0 || k->root[m] != m || !fusible(g, m)) continue;
             if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ)) continue;
-            if (nuse[m] != 1 || user[m] != c || !same_shape(mn, cn)) continue;
+            if (nuse[m] != 1 || user[m] != c || !broadcasts_to(mn, cn)) continue;
             if (writers[pos[r]] != writers[pos[m] + 1]) continue; /* an in-place write between them */
             if (gr[r].members >= KIR_MAX_MEMBERS || !fold(&next, &gr[r], g, m)) continue;
             gr[r] = next;

@@ -5,9 +5,11 @@
  * dispatch: its root (the node whose value the kernel stores) and the
  * members folded into it, whose values live only in registers. Today's pass
  * fuses pointwise chains: an elementwise node (or a broadcast / permute
- * gather of an input) whose every consumer is in the same group and whose
- * shape is the root's is computed inside the root's kernel, at the root's
- * element index. The pass regroups the schedule so that each group's
+ * gather of an input) whose one consumer is in the same group and whose
+ * shape broadcasts to the consumer's is computed inside the root's kernel,
+ * for each element of the root, at the index its consumer reads (a member
+ * broadcast along a dimension is computed again for each element along it:
+ * cheap for pointwise work, and no storage or dispatch). The pass regroups the schedule so that each group's
  * members run contiguously right before their root (a dependency order:
  * members feed only their group), and refuses to move a member past a node
  * that writes a tensor in place (optimizer updates, KV-cache appends).

@@ -1,6 +1,8 @@
 /* vk_gen_fused.c - one eltwise kernel for a group of pointwise nodes that
  * the kernel plan fused (kir.h): every member has the root's shape and is
- * computed at the root's element index, in registers.
+ * computed once per element of the root, in registers, at the index its
+ * consumer reads it (members broadcast along a dimension read their inputs
+ * with that dimension's stride zeroed).
  *
  * Each member's expression is the one its own generator would use (the
  * generator runs on a scratch kernel and leaves its EXPR text in k->expr),
@@ -69,6 +71,23 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     int32_t ids[KIR_MAX_MEMBERS];
     for (int j = 0; j < nm; j++) ids[j] = members[j];
     ids[nm] = root;
+    /* keep[j][d]: member j's coordinate along padded dim d is the root's
+     * (else 0: j is broadcast along d on the way to the root) */
+    uint8_t keep[KIR_MAX_MEMBERS][4];
+    memset(keep, 0, sizeof keep);
+    for (int d = 0; d < 4; d++) keep[nm][d] = 1;
+    for (int j = nm; j >= 0; j--) {
+        const node *c = &g->nodes[ids[j]];
+        int64_t cd[4];
+        vk_pad4(cd, c);
+        for (int s = 0; s < c->nin; s++)
+            for (int q = 0; q < j; q++) {
+                if (ids[q] != c->in[s]) continue;
+                int64_t md[4];
+                vk_pad4(md, &g->nodes[ids[q]]);
+                for (int d = 0; d < 4; d++) keep[q][d] = keep[j][d] && md[d] == cd[d];
+            }
+    }
     for (int j = 0; j <= nm && !st; j++) {
         const node *m = &g->nodes[ids[j]];
         char opnd[3][48] = {"0.0", "0.0", "0.0"};
@@ -77,7 +96,7 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             int from = -1;
             for (int q = 0; q < j; q++)
                 if (ids[q] == src) from = q;
-            if (from >= 0) { /* a member: read at this very index (same shape) */
+            if (from >= 0) { /* a member: computed at the index this member reads it */
                 snprintf(opnd[s], sizeof opnd[s], "v%d", from);
                 continue;
             }
@@ -94,6 +113,8 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             }
             fread_ r = {src, {0, 0, 0, 0}};
             read_strides(r.st, g, m, s);
+            for (int d = 0; d < 4; d++)
+                if (!keep[j][d]) r.st[d] = 0;
             int ri = -1;
             for (int q = 0; q < nreads; q++)
                 if (reads[q].t == src && !memcmp(reads[q].st, r.st, sizeof r.st)) ri = q;
