@@ -36,6 +36,7 @@ static void help_data(FILE *f) {
             DATA_DEFAULT_HELP);
 }
 
+/* ---- the cache file, for train and eval (cmd_data.h) ---------------------- */
 
 const char *data_path(char *buf, size_t cap, const char *given) {
     if (given) return given;
