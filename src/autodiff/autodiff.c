@@ -265,7 +265,7 @@ static mn_status grad_maxpool2d(adctx *c, const node *n, int32_t y, int32_t dy, 
     return helper(c, &dx[0], OP_MAXPOOL2D_BWD, 2, in, &x, n->ip, 6);
 }
 
-/* ---- pointwise family (issue 4) ---- */
+/* ---- parameterised pointwise ops: abs, clamp, pow, where, dropout ---- */
 
 /* abs, clamp, pow: (x, dy) -> dx through PW_BWD with the forward's params. */
 static mn_status grad_pw(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {

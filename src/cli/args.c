@@ -46,3 +46,20 @@ bool parse_real(const char *s, double lo, double hi, double *out) {
     *out = v;
     return true;
 }
+
+bool parse_u64(const char *s, uint64_t *out) {
+    if (s[0] < '0' || s[0] > '9') return false; /* strtoull accepts "-1" */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != 0 || errno != 0) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_backend(const char *s, mn_backend_kind *out) {
+    if (strcmp(s, "cpu") == 0) *out = MN_BACKEND_CPU;
+    else if (strcmp(s, "vulkan") == 0) *out = MN_BACKEND_VULKAN;
+    else return false;
+    return true;
+}

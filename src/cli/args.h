@@ -9,6 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "meganeura.h"
+
 typedef struct args {
     int argc;
     char **argv;
@@ -24,5 +26,9 @@ bool flag_value(args *a, const char *name, const char **val);
 /* Whole-string decimal integer / finite real within [lo, hi]. */
 bool parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool parse_real(const char *s, double lo, double hi, double *out);
+/* Whole-string unsigned decimal (no sign, no "-1" wrapping to 2^64-1). */
+bool parse_u64(const char *s, uint64_t *out);
+/* "cpu" or "vulkan"; false for anything else. */
+bool parse_backend(const char *s, mn_backend_kind *out);
 
 #endif

@@ -35,13 +35,6 @@
 #define MAX_TEXT_BYTES ((size_t)1 << 30)
 
 
-static bool to_backend(const char *s, mn_backend_kind *out) {
-    if (strcmp(s, "cpu") == 0) *out = MN_BACKEND_CPU;
-    else if (strcmp(s, "vulkan") == 0) *out = MN_BACKEND_VULKAN;
-    else return false;
-    return true;
-}
-
 static bool is_file(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -182,7 +175,7 @@ int cmd_generate(int argc, char **argv) {
             if (!a.status && nstops == MAX_STOP) return usage_error("generate", "at most %d --stop tokens", MAX_STOP);
             stops[nstops++] = v;
         } else if (flag_value(&a, "--backend", &v)) {
-            if (!a.status && !to_backend(v, &be))
+            if (!a.status && !parse_backend(v, &be))
                 return usage_error("generate", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else return usage_error("generate", "unknown option '%s'", show(argv[a.i]).s);
     }
@@ -452,7 +445,7 @@ int cmd_train_lm(int argc, char **argv) {
                 return usage_error("train lm", "--seed must be a non-negative integer, got '%s'", show(v).s);
             seed = (uint64_t)sd;
         } else if (flag_value(&a, "--backend", &v)) {
-            if (!a.status && !to_backend(v, &be))
+            if (!a.status && !parse_backend(v, &be))
                 return usage_error("train lm", "--backend must be cpu or vulkan, got '%s'", show(v).s);
         } else return usage_error("train lm", "unknown option '%s'", show(argv[a.i]).s);
     }

@@ -1,5 +1,5 @@
-/* ops_pointwise.c - public constructors of the pointwise family (issue 4):
- * the primitives abs, clamp, pow, where, dropout, cross_entropy_ex, and the
+/* ops_pointwise.c - public constructors of the parameterised pointwise ops,
+ * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex, and the
  * composites rms_norm, layer_norm, group_norm, swiglu, geglu, l1_loss,
  * bce_with_logits, which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.

@@ -1,4 +1,4 @@
-/* pointwise.h - shared definitions of the pointwise family (issue 4): the
+/* pointwise.h - shared definitions of the parameterised pointwise ops: the
  * dropout mask hash, identical in C (CPU kernels, Vulkan generator) and in
  * GLSL (kernels/eltwise.glsl), and the session rule that makes dropout the
  * identity in inference sessions.

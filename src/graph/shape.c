@@ -289,7 +289,7 @@ static mn_status infer_maxpool(mn_graph *g, node *n) {
 
 static void copy_shape_of(node *n, const node *x) { set_shape(n, x->rank, x->shape); }
 
-/* The pointwise family (issue 4): abs, clamp, pow, where, dropout and their
+/* The parameterised pointwise ops: abs, clamp, pow, where, dropout and their
  * helpers pw_bwd and ce_count; parameters are checked here too. */
 static mn_status infer_pointwise(mn_graph *g, node *n) {
     char sa[96], sb[96], sc[96];

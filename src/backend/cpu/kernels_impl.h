@@ -715,7 +715,7 @@ KN_DEF(sumsq) {
     *(real *)out = (real)s;
 }
 
-/* the pointwise family (issue 4) */
+/* abs, clamp, pow, where, dropout, pw_bwd, ce_count */
 #include "backend/cpu/kernels_pointwise.h"
 /* ---- the layout family (slice, pad, concat, avg pooling, upsampling, EMA) - */
 

@@ -1,5 +1,5 @@
-/* kernels_pointwise.h - CPU reference kernels of the pointwise family
- * (issue 4): abs, clamp, pow, where, dropout and the helpers pw_bwd and
+/* kernels_pointwise.h - CPU reference kernels of the parameterised
+ * pointwise ops: abs, clamp, pow, where, dropout and the helpers pw_bwd and
  * ce_count. Included by kernels_impl.h (so twice: real = float and double);
  * the same conventions apply (no include guard, tgmath math, out may alias
  * an input of its shape for every kernel here but ce_count).

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/vulkan/vk_cache.h"
 #include "backend/vulkan/vk_hazard.h"
 #include "kir/kir.h"
 #include "backend/vulkan/vk_util.h"
@@ -432,35 +433,17 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
     return MN_OK;
 }
 
-/* ---- pipeline cache (per device UUID, on disk) ---------------------------- */
-
-static void pcache_path(const vkb *b, char *path, size_t cap) {
-    char dir[900];
-    path[0] = 0;
-    if (!vk_cache_dir(dir, sizeof dir)) return;
-    char uuid[2 * VK_UUID_SIZE + 1];
-    for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", b->c.props.pipelineCacheUUID[i]);
-    snprintf(path, cap, "%s/pipelines-%s.bin", dir, uuid);
-}
+/* ---- pipeline cache (per device and driver, on disk: vk_cache.c) --------- */
 
 static void pcache_load(vkb *b) {
-    char path[1024];
-    pcache_path(b, path, sizeof path);
+    char path[1200];
     void *data = NULL;
     size_t n = 0;
-    FILE *f = path[0] ? io_fopen_read(path) : NULL; /* regular files only */
-    if (f) {
-        if (fseek(f, 0, SEEK_END) == 0) {
-            long len = ftell(f);
-            if (len > 0 && len < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)len)))
-                n = fread(data, 1, (size_t)len, f) == (size_t)len ? (size_t)len : 0;
-        }
-        fclose(f);
-    }
+    if (vk_pipeline_path(path, sizeof path, &b->c.props)) vk_pipeline_load(path, &b->c.props, &data, &n);
     VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
     ci.initialDataSize = n;
     ci.pInitialData = n ? data : NULL;
-    /* the driver checks the header and ignores data that is not its own */
+    /* vk_cache.c checked our header, the checksum and the driver's header */
     if (vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache) != VK_SUCCESS) {
         ci.initialDataSize = 0;
         ci.pInitialData = NULL;
@@ -470,19 +453,15 @@ static void pcache_load(vkb *b) {
 }
 
 static void pcache_save(vkb *b) {
-    char path[1024], tmp[1100];
+    char path[1200];
     size_t n = 0;
-    pcache_path(b, path, sizeof path);
-    if (!path[0] || !b->pcache || vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n) return;
+    if (!vk_pipeline_path(path, sizeof path, &b->c.props) || !b->pcache ||
+        vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n)
+        return;
     void *data = malloc(n);
     if (!data) return;
-    if (vkGetPipelineCacheData(b->c.device, b->pcache, &n, data) == VK_SUCCESS) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        FILE *f = fopen(tmp, "wb");
-        bool ok = f && fwrite(data, 1, n, f) == n;
-        if (f) ok = fclose(f) == 0 && ok;
-        if (!ok || rename(tmp, path) != 0) remove(tmp);
-    }
+    if (vkGetPipelineCacheData(b->c.device, b->pcache, &n, data) == VK_SUCCESS)
+        vk_pipeline_store(path, &b->c.props, data, n);
     free(data);
 }
 

@@ -1,113 +1,54 @@
-/* vk_compile.c - GLSL to SPIR-V with libshaderc (linked statically), and the
- * on-disk SPIR-V cache.
+/* vk_compile.c - GLSL to SPIR-V with libshaderc (linked statically), through
+ * the on-disk SPIR-V cache (vk_cache.c), and the compiler's identity that
+ * keys that cache.
  *
- * Cache file: <cache>/spirv/<key>.spv where key = 64-bit FNV-1a of the
- * source and the compiler version. Layout: "MNSV" magic, u32 format version,
- * u64 key, u32 word count, words. A file that fails any check is ignored
- * (and rewritten); writes go through a temporary file and rename.
+ * Does not: read or write cache files itself (vk_cache.c), create shader
+ * modules (vk_backend.c).
  */
-#include <errno.h>
 #include <shaderc/shaderc.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <spirv-tools/libspirv.h>
 
+#include "backend/vulkan/vk_cache.h"
 #include "backend/vulkan/vk_util.h"
-#include "io/file.h"
 
-#define SPV_MAGIC "MNSV"
-#define SPV_VERSION 1u
+#if __has_include(<glslang/build_info.h>)
+#include <glslang/build_info.h>
+#endif
+#ifndef GLSLANG_VERSION_MAJOR
+#define GLSLANG_VERSION_MAJOR 0
+#define GLSLANG_VERSION_MINOR 0
+#define GLSLANG_VERSION_PATCH 0
+#define GLSLANG_VERSION_FLAVOR "unknown"
+#endif
+/* The shaderc release, from pkg-config at configure time (CMakeLists.txt). */
+#ifndef MN_SHADERC_RELEASE
+#define MN_SHADERC_RELEASE "unknown"
+#endif
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
+/* The options every kernel is compiled with; part of the identity below. */
+#define TARGET_ENV shaderc_env_version_vulkan_1_1
+#define OPT_LEVEL shaderc_optimization_level_performance
 
-static int mkdir_p(char *path) {
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-            *p = '/';
-            return -1;
-        }
-        *p = '/';
-    }
-    return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
-const char *vk_cache_dir(char *buf, size_t cap) {
-    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (x && *x) snprintf(buf, cap, "%s/meganeura", x);
-    else if (home && *home) snprintf(buf, cap, "%s/.cache/meganeura", home);
-    else return NULL;
-    return mkdir_p(buf) == 0 ? buf : NULL;
-}
-
-static const char *compiler_version(void) {
-    static char v[64];
-    if (!v[0]) {
-        unsigned int ver = 0, rev = 0;
-        shaderc_get_spv_version(&ver, &rev);
-        snprintf(v, sizeof v, "shaderc-spv%u.%u-mn%u", ver, rev, SPV_VERSION);
-    }
-    return v;
-}
-
-static bool cache_read(const char *path, uint64_t key, uint32_t **words, size_t *nwords) {
-    FILE *f = io_fopen_read(path); /* regular files only: a FIFO never blocks */
-    if (!f) return false;
-    unsigned char hdr[20];
-    bool ok = fread(hdr, 1, sizeof hdr, f) == sizeof hdr && memcmp(hdr, SPV_MAGIC, 4) == 0;
-    uint32_t ver = 0, n = 0;
-    uint64_t k = 0;
-    if (ok) {
-        memcpy(&ver, hdr + 4, 4);
-        memcpy(&k, hdr + 8, 8);
-        memcpy(&n, hdr + 16, 4);
-        ok = ver == SPV_VERSION && k == key && n > 5 && n < (1u << 24);
-    }
-    uint32_t *w = ok ? malloc((size_t)n * 4) : NULL;
-    ok = ok && w && fread(w, 4, n, f) == n && w[0] == 0x07230203u && fgetc(f) == EOF;
-    fclose(f);
-    if (!ok) {
-        free(w);
-        return false;
-    }
-    *words = w;
-    *nwords = n;
-    return true;
-}
-
-static void cache_write(const char *path, uint64_t key, const uint32_t *words, size_t n) {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%.1100s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    uint32_t ver = SPV_VERSION, cnt = (uint32_t)n;
-    bool ok = fwrite(SPV_MAGIC, 1, 4, f) == 4 && fwrite(&ver, 4, 1, f) == 1 && fwrite(&key, 8, 1, f) == 1 &&
-              fwrite(&cnt, 4, 1, f) == 1 && fwrite(words, 4, n, f) == n;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) unlink(tmp);
+void vk_compiler_id(char *buf, size_t cap) {
+    unsigned int ver = 0, rev = 0;
+    shaderc_get_spv_version(&ver, &rev);
+    snprintf(buf, cap,
+             "shaderc %s; glslang %d.%d.%d%s; %s; spv 0x%x rev %u; target vulkan 0x%x; opt %d; glsl compute main",
+             MN_SHADERC_RELEASE, GLSLANG_VERSION_MAJOR, GLSLANG_VERSION_MINOR, GLSLANG_VERSION_PATCH,
+             GLSLANG_VERSION_FLAVOR, spvSoftwareVersionDetailsString(), ver, rev, (unsigned)TARGET_ENV,
+             (int)OPT_LEVEL);
 }
 
 mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
                      char *err, size_t cap) {
-    const char *cv = compiler_version();
-    uint64_t key = fnv(fnv(0xcbf29ce484222325ull, cv, strlen(cv)), source, strlen(source));
-    char dir[1024], path[1100];
+    char cid[512], path[1200];
+    vk_compiler_id(cid, sizeof cid);
+    vk_cache_key key;
+    vk_spirv_key(&key, cid, source);
     const char *nocache = getenv("MEGANEURA_NO_KERNEL_CACHE");
-    bool use_cache = !(nocache && *nocache && strcmp(nocache, "0") != 0) && vk_cache_dir(dir, sizeof dir - 8);
-    if (use_cache) {
-        strcat(dir, "/spirv");
-        use_cache = mkdir_p(dir) == 0;
-        snprintf(path, sizeof path, "%s/%016llx.spv", dir, (unsigned long long)key);
-    }
+    bool use_cache = !(nocache && *nocache && strcmp(nocache, "0") != 0) && vk_spirv_path(path, sizeof path, &key);
     *cached = false;
-    if (use_cache && cache_read(path, key, words, nwords)) {
+    if (use_cache && vk_spirv_load(path, &key, words, nwords)) {
         *cached = true;
         return MN_OK;
     }
@@ -119,8 +60,8 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
         mn_fmt(err, cap, "vulkan: cannot initialise shaderc");
         return MN_E_NOMEM;
     }
-    shaderc_compile_options_set_target_env(opt, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_1);
-    shaderc_compile_options_set_optimization_level(opt, shaderc_optimization_level_performance);
+    shaderc_compile_options_set_target_env(opt, shaderc_target_env_vulkan, TARGET_ENV);
+    shaderc_compile_options_set_optimization_level(opt, OPT_LEVEL);
     shaderc_compilation_result_t res =
         shaderc_compile_into_spv(comp, source, strlen(source), shaderc_glsl_compute_shader, name, "main", opt);
     mn_status st = MN_OK;
@@ -134,7 +75,7 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
         if (!*words) st = MN_E_NOMEM;
         else {
             memcpy(*words, shaderc_result_get_bytes(res), len);
-            if (use_cache) cache_write(path, key, *words, *nwords);
+            if (use_cache) vk_spirv_store(path, &key, *words, *nwords);
         }
     }
     shaderc_result_release(res);

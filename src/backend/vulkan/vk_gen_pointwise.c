@@ -20,8 +20,9 @@
  * Exported for other families' generators: vk_gen_bcast_expr (the eltwise
  * gather with another template) and vk_float_literal (vk_codegen.h).
  *
- * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), the pointwise
- * family of issue 4 (vk_gen_pointwise_ext.c), compile or run anything.
+ * Does not: generate matmul / conv / pooling (vk_gen_linalg.c), abs, clamp,
+ * pow, where, dropout and their helpers (vk_gen_pointwise_param.c), compile or
+ * run anything.
  */
 #include <math.h>
 

@@ -40,11 +40,13 @@ void vk_ctx_destroy(vk_ctx *c);
 mn_status vk_list_devices(FILE *f, char *err, size_t cap);
 
 /* GLSL -> SPIR-V through libshaderc, cached on disk under
- * $XDG_CACHE_HOME/meganeura/spirv (key: hash of source + compiler version).
- * *words is malloc'ed. *cached says whether the cache answered. */
+ * $XDG_CACHE_HOME/meganeura/spirv (vk_cache.h: key = SHA-256 of the source
+ * and vk_compiler_id). *words is malloc'ed. *cached says whether the cache
+ * answered. MEGANEURA_NO_KERNEL_CACHE=1 bypasses the cache. */
 mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
                      char *err, size_t cap);
-/* The cache folder (created if missing); NULL if none can be made. */
-const char *vk_cache_dir(char *buf, size_t cap);
+/* The compiler's identity: the shaderc, glslang and SPIRV-Tools releases,
+ * the SPIR-V version and the compile options (one line, cut at cap). */
+void vk_compiler_id(char *buf, size_t cap);
 
 #endif

@@ -5,7 +5,7 @@
 // t + LOCAL_X, ...; a tree sum of uint counts in shared memory (exact);
 // invocation 0 writes float(count).
 //
-// Defines from vk_gen_pointwise_ext.c: CE_IGNORE_INDEX (int literal).
+// Defines from vk_gen_pointwise_param.c: CE_IGNORE_INDEX (int literal).
 //
 // Does not: check the labels' range (cross_entropy does).
 

@@ -1,14 +1,14 @@
 // eltwise.glsl - one invocation per output element: y[i] = EXPR(a, b, c).
 //
 // Used by every pointwise op (unary, binary with broadcasting, unary_bwd;
-// abs, clamp, pow, where, dropout and pw_bwd of vk_gen_pointwise_ext.c) and
+// abs, clamp, pow, where, dropout and pw_bwd of vk_gen_pointwise_param.c) and
 // by the pure data moves (stop_grad, broadcast, permute), which are gathers
 // with EXPR(a, b, c) = (a).
 //
 // Or, for a fused group of pointwise nodes (vk_gen_fused.c): FUSED_BODY(i)
 // computes the whole group per element and writes Y(i).
 //
-// Defines from vk_gen_pointwise.c / vk_gen_pointwise_ext.c:
+// Defines from vk_gen_pointwise.c / vk_gen_pointwise_param.c:
 //   NIN           inputs read (1..3): a = X0, b = X1, c = X2
 //   IX0(i)..IX2(i) element of input k read for output element i; strides of
 //                 broadcast or permuted inputs are baked into the expression

@@ -1,5 +1,5 @@
-/* vk_gen_pointwise_ext.c - Vulkan generators of the pointwise family
- * (issue 4): abs, clamp, pow, where, dropout, pw_bwd (template eltwise.glsl,
+/* vk_gen_pointwise_param.c - Vulkan generators of the parameterised pointwise
+ * ops: abs, clamp, pow, where, dropout, pw_bwd (template eltwise.glsl,
  * the eltwise contract: one invocation per output element with broadcast
  * offsets) and ce_count (template ce_count.glsl, one workgroup).
  *
