@@ -14,8 +14,14 @@
  * - push constants pc.off[0] = output offset, pc.off[1 + i] = input i's
  *   offset, in 4-byte elements from the start of its binding (0 unless the
  *   tensor's offset is finer than minStorageBufferOffsetAlignment);
- * - Y(i), X0(i) .. X5(i) read/write element i of a tensor; X<i>I(i) reads an
- *   int32 tensor element; Y_N, X<i>_N are element counts (uint);
+ * - Y(i) = v writes element i of the output (Y is never read), X0(i) ..
+ *   X5(i) read element i of input k, X<k>_WR(i) = v writes an input the
+ *   kernel updates in place; X<i>I(i) reads an int32 tensor element; Y_N,
+ *   X<i>_N are element counts (uint);
+ * - a paged operand (larger than one binding: memplan_pages) is an array of
+ *   <op>_PAGES bindings of 2^<op>_SHIFT elements each (Y_PAGES, X0_PAGES ..);
+ *   the macros above hide it (preamble.glsl); MN_NONUNIFORM when the device
+ *   indexes descriptor arrays non-uniformly. Defined only when paged;
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
  * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
@@ -51,6 +57,15 @@ typedef struct vk_caps {
     int64_t index_max;
     /* the largest element offset a push constant pc.off holds (uint) */
     uint64_t push_off_max;
+    /* storage-buffer descriptors one kernel may bind (a paged operand takes
+     * one per page): the least of maxPerStageDescriptorStorageBuffers and
+     * maxDescriptorSetStorageBuffers. 0: 32 */
+    uint32_t max_stage_buffers;
+    /* descriptor-array indexing, enabled on the device when present: by a
+     * dynamically uniform index (shaderStorageBufferArrayDynamicIndexing)
+     * and by any index (shaderStorageBufferArrayNonUniformIndexing). Paged
+     * operands need one of the two. */
+    bool dynamic_index, nonuniform;
 } vk_caps;
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
