@@ -22,11 +22,19 @@
  *     tensor of 256 GiB (more than any device) fails before any allocation,
  *     saying how much was needed and how much the device has.
  *
+ *  4. Both forms of paged access compile: every kernel of the model of 1
+ *     on the 64 KiB plan, generated for a device that indexes descriptor
+ *     arrays non-uniformly (nonuniformEXT, which lavapipe lacks, so 1 runs
+ *     the page-loop form) and for one that does not, compiles to SPIR-V that
+ *     passes spirv-val (Vulkan 1.2); kernels of the unpaged plan define no
+ *     page macros.
+ *
  * Skips (exit 77) without a Vulkan device.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "llama_util.h"
@@ -244,6 +252,62 @@ static void errors(mn_device *small, mn_device *big) {
     mn_graph_destroy(g);
 }
 
+/* Compiles words with spirv-val; true if it passes. */
+static bool spirv_valid(const uint32_t *words, size_t n, const char *label) {
+    char path[] = "/tmp/mn_vk_paged_XXXXXX";
+    int fd = mkstemp(path);
+    bool ok = fd >= 0 && write(fd, words, n * 4) == (ssize_t)(n * 4);
+    if (fd >= 0) close(fd);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.2 %s", path);
+    if (ok) ok = system(cmd) == 0;
+    if (!ok) fprintf(stderr, "---- %s: spirv-val failed (%s)\n", label, path);
+    else unlink(path);
+    return ok;
+}
+
+static void compile_modes(mn_device *dev, bool paged) {
+    mn_graph *g = model();
+    mn_session *s = g ? lu_session(g, MN_BACKEND_VULKAN, dev, MN_MODE_TRAINING, NULL) : NULL;
+    vk_kernel *k = malloc(sizeof *k);
+    int kernels[2] = {0, 0}, with_pages[2] = {0, 0};
+    for (int mode = 0; s && k && mode < 2; mode++) {
+        vk_caps caps = ((const vk_ctx *)dev->impl)->caps;
+        caps.nonuniform = mode == 0;
+        caps.dynamic_index = mode == 1;
+        caps.max_stage_buffers = 32;
+        for (int32_t i = 0; i < s->sched.n; i++) {
+            int32_t id = s->sched.order[i];
+            char err[512] = "", label[64];
+            snprintf(label, sizeof label, "%s_%d_%s", op_table[s->g->nodes[id].op].name, id,
+                     mode ? "loop" : "nonuniform");
+            mn_status st = vk_codegen_node(k, s->g, id, &s->plan, &caps, err, sizeof err);
+            CHECK_OK(st, err);
+            char *src = st || !k->tmpl ? NULL : vk_codegen_source(k);
+            if (!src) continue;
+            bool pg = strstr(k->defines, "_PAGES") != NULL;
+            with_pages[mode] += pg;
+            CHECK_MSG(pg == (strstr(k->defines, "MN_NONUNIFORM") != NULL) || mode == 1, "%s: MN_NONUNIFORM", label);
+            uint32_t *words = NULL;
+            size_t n = 0;
+            bool cached = false;
+            st = vk_compile(&words, &n, src, label, &cached, err, sizeof err);
+            CHECK_OK(st, err);
+            if (!st && pg) CHECK_MSG(spirv_valid(words, n, label), "%s: spirv-val", label);
+            kernels[mode]++;
+            free(words);
+            free(src);
+        }
+    }
+    printf("  %s plan: %d kernels, %d with paged operands (nonuniformEXT form); %d, %d (page-loop form)\n",
+           paged ? "paged" : "unpaged", kernels[0], with_pages[0], kernels[1], with_pages[1]);
+    CHECK(s && kernels[0] > 10 && kernels[0] == kernels[1] && with_pages[0] == with_pages[1]);
+    CHECK(paged ? with_pages[0] >= 8 : with_pages[0] == 0);
+    free(k);
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
     unsetenv("MEGANEURA_VK_MAX_ALLOCATION");
     mn_device *big = th_require_vulkan();
@@ -256,6 +320,8 @@ int main(void) {
         training(small, big);
         round_trips(small);
         errors(small, big);
+        compile_modes(small, true);
+        compile_modes(big, false);
     }
     mn_device_close(small);
     mn_device_close(big);
