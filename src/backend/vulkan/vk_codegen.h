@@ -48,7 +48,8 @@ typedef struct vk_caps {
     /* bytes one storage binding, one buffer and one allocation may hold: the
      * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
      * (maintenance4) and MEGANEURA_VK_MAX_ALLOCATION, aligned down to 256.
-     * Arenas are split into chunks of this size; no tensor may be larger. */
+     * Arenas are split into chunks of this size (a power of two when a
+     * tensor is larger: it is paged over several, see memplan_pages). */
     uint64_t max_binding;
     uint64_t device_binding; /* the same from the device alone (messages) */
     uint32_t offset_align;   /* minStorageBufferOffsetAlignment, at least 4 */
