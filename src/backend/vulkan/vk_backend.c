@@ -257,8 +257,15 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
     int32_t *types[MP_ARENA_COUNT] = {0};
     mn_status st = MN_OK;
     for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
-        VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a];
-        uint32_t n = (uint32_t)((size + b->chunk - 1) / b->chunk);
+        VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a], nk = (size + b->chunk - 1) / b->chunk;
+        if (nk > UINT32_MAX / 2) { /* chunk indices are 32-bit (and the heap check below fails long before) */
+            mn_fmt(err, cap, "vulkan: the %s arena (%llu bytes) needs %llu chunks of %llu bytes, more than %u",
+                   names[a], (unsigned long long)size, (unsigned long long)nk, (unsigned long long)b->chunk,
+                   UINT32_MAX / 2);
+            st = MN_E_UNSUPPORTED;
+            break;
+        }
+        uint32_t n = (uint32_t)nk;
         b->bufs[a] = calloc(n, sizeof *b->bufs[a]);
         b->mems[a] = calloc(n, sizeof *b->mems[a]);
         types[a] = calloc(n, sizeof *types[a]);
