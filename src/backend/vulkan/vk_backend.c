@@ -463,9 +463,8 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
         int32_t id = p->order[i];
         if (b->rt[id].pipe < 0) continue;
         nsets++;
-        uint32_t nd = 0;
-        for (int k = 0; k < MAX_OPERANDS; k++)
-            nd += k <= p->g->nodes[id].nin ? b->lays[b->rt[id].lay].count[k] : 0;
+        uint32_t nd = 0; /* a set takes every descriptor of its layout, used or not */
+        for (int k = 0; k < MAX_OPERANDS; k++) nd += b->lays[b->rt[id].lay].count[k];
         ndesc += nd;
         if (nd > most) most = nd;
     }
@@ -644,12 +643,18 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
         char label[64];
         snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
         /* one descriptor per binding, or per page of a paged operand (the
-         * source names the page counts: one source, one layout) */
+         * source names the page counts: one source, one layout); a layout
+         * with a paged operand leaves the bindings past the node's inputs
+         * empty, so its descriptors are those vk_codegen_node counted
+         * against the device's per-stage limit */
         uint32_t count[MAX_OPERANDS];
+        bool paged = false;
         for (int j = 0; j < MAX_OPERANDS; j++) {
             uint64_t pg = j <= n->nin ? memplan_pages(p->plan, j == 0 ? id : n->in[j - 1]) : 0;
             count[j] = pg ? (uint32_t)pg : 1;
+            paged |= pg > 0;
         }
+        for (int j = n->nin + 1; paged && j < MAX_OPERANDS; j++) count[j] = 0;
         st = get_layout(b, count, &rt->lay, err, cap);
         if (!st) st = get_pipeline(b, src, label, rt->lay, &rt->pipe, err, cap);
         free(src);

@@ -47,7 +47,8 @@ typedef struct vk_caps {
     bool memory_budget; /* VK_EXT_memory_budget: heap budgets known */
     /* bytes one storage binding, one buffer and one allocation may hold: the
      * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
-     * (maintenance4) and MEGANEURA_VK_MAX_ALLOCATION, aligned down to 256.
+     * (maintenance4), aligned down to 256, and MEGANEURA_VK_MAX_ALLOCATION
+     * (aligned down to 64).
      * Arenas are split into chunks of this size (a power of two when a
      * tensor is larger: it is paged over several, see memplan_pages). */
     uint64_t max_binding;

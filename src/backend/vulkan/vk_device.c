@@ -185,7 +185,9 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
     caps->push_off_max = UINT32_MAX;
 }
 
-/* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits): lowers caps.max_binding. */
+/* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits, at least 64 = MP_ALIGN,
+ * aligned down to 64): lowers caps.max_binding (tests make every tensor of
+ * a small graph paged with it). */
 static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
     const char *v = getenv("MEGANEURA_VK_MAX_ALLOCATION");
     if (!v || !*v) return MN_OK;
@@ -195,12 +197,12 @@ static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
         ok = *c >= '0' && *c <= '9' && x <= (UINT64_MAX - 9) / 10;
         x = x * 10 + (uint64_t)(*c - '0');
     }
-    if (!ok || x < 256) {
-        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 256",
+    if (!ok || x < 64) {
+        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 64",
                v);
         return MN_E_INVALID;
     }
-    x = x / 256 * 256;
+    x = x / 64 * 64;
     if (x < caps->max_binding) caps->max_binding = x;
     return MN_OK;
 }
