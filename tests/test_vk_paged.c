@@ -27,7 +27,8 @@
  *     arrays non-uniformly (nonuniformEXT, which lavapipe lacks, so 1 runs
  *     the page-loop form) and for one that does not, compiles to SPIR-V that
  *     passes spirv-val (Vulkan 1.2); kernels of the unpaged plan define no
- *     page macros.
+ *     page macros. With vk_caps.index_max lowered below the activations'
+ *     element count, their kernels are refused with a message.
  *
  * Skips (exit 77) without a Vulkan device.
  */
@@ -298,6 +299,19 @@ static void compile_modes(mn_device *dev, bool paged) {
             free(words);
             free(src);
         }
+    }
+    if (s && k && paged) { /* the element limit of 32-bit indexing is one number (vk_caps.index_max) */
+        vk_caps caps = ((const vk_ctx *)dev->impl)->caps;
+        caps.index_max = (int64_t)T * H - 1; /* below the activations' count */
+        int refused = 0;
+        for (int32_t i = 0; i < s->sched.n; i++) {
+            char err[512] = "";
+            if (vk_codegen_node(k, s->g, s->sched.order[i], &s->plan, &caps, err, sizeof err) == MN_E_UNSUPPORTED &&
+                strstr(err, "32-bit indexing") && strstr(err, "47999"))
+                refused++;
+        }
+        printf("  index_max %lld: %d kernels refused with a message\n", (long long)caps.index_max, refused);
+        CHECK(refused >= 4);
     }
     printf("  %s plan: %d kernels, %d with paged operands (nonuniformEXT form); %d, %d (page-loop form)\n",
            paged ? "paged" : "unpaged", kernels[0], with_pages[0], kernels[1], with_pages[1]);
