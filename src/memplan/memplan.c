@@ -415,7 +415,10 @@ void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f) {
     for (int32_t i = 0; i < mp->n; i++) {
         const mp_slot *s = &mp->slots[i];
         if (s->arena < 0) continue;
-        fprintf(f, "  %%%d %s %s @%llu +%llu\n", i, op_table[g->nodes[i].op].name, names[s->arena],
+        fprintf(f, "  %%%d %s %s @%llu +%llu", i, op_table[g->nodes[i].op].name, names[s->arena],
                 (unsigned long long)s->offset, (unsigned long long)s->bytes);
+        uint64_t pages = memplan_pages(mp, i);
+        if (pages) fprintf(f, " (paged: %llu chunks)", (unsigned long long)pages);
+        fprintf(f, "\n");
     }
 }

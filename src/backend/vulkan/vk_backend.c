@@ -73,7 +73,7 @@ typedef struct layout_entry {
 
 typedef struct pipe_entry {
     uint64_t key;
-    int32_t lay;
+    int32_t lay; /* its pipeline layout (lays) */
     VkShaderModule module;
     VkPipeline pipeline;
 } pipe_entry;
@@ -574,7 +574,7 @@ static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_
                               size_t cap) {
     uint64_t key = hash_str(src);
     for (int i = 0; i < b->npipes; i++)
-        if (b->pipes[i].key == key) {
+        if (b->pipes[i].key == key && b->pipes[i].lay == lay) {
             *out = i;
             return MN_OK;
         }
