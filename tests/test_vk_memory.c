@@ -9,8 +9,8 @@
  *     training within a relative L2 of 1e-4, and the Llama's losses equal
  *     those of the same model on an unchunked Vulkan session bit for bit
  *     (the kernels are the same; only where tensors live differs).
- *  2. A tensor larger than the limit: session creation fails naming the
- *     tensor, its bytes and the limit.
+ *  2. A tensor larger than the limit (two chunks): it is paged (test_vk_paged
+ *     covers paged tensors in depth) and a sum over it is right.
  *  3. A model of 50 GiB (800 parameters of 64 MiB, each inside one chunk):
  *     session creation fails before any allocation, saying how much was
  *     needed and how much the device has.
@@ -168,26 +168,26 @@ static void mlp(mn_device *small, int steps, float *loss_out, mn_backend_kind be
     mn_graph_destroy(g);
 }
 
-static void too_big(mn_device *small) {
+static void paged(mn_device *small) {
     mn_graph *g = NULL;
     CHECK_OK(mn_graph_create(&g), "graph");
     mn_tensor w, sum;
     int64_t shape[2] = {256, 512}; /* 524288 bytes */
-    CHECK_OK(mn_graph_param(g, &w, "huge.weight", 2, shape, (mn_init){MN_INIT_ZEROS, 0, 0}), mn_graph_error(g));
+    CHECK_OK(mn_graph_param(g, &w, "huge.weight", 2, shape, (mn_init){MN_INIT_CONSTANT, 0.5f, 0}), mn_graph_error(g));
     CHECK_OK(mn_sum(g, &sum, w, -1, false), mn_graph_error(g));
     CHECK_OK(mn_graph_output(g, sum, "sum"), mn_graph_error(g));
-    mn_session_options o = mn_session_default_options();
-    o.backend = MN_BACKEND_VULKAN;
-    o.device = small;
-    o.mode = MN_MODE_INFERENCE;
-    mn_session *s = NULL;
-    mn_status st = mn_session_create(&s, g, &o);
-    const char *msg = mn_session_error(s);
-    printf("  too big: %s\n", msg);
-    CHECK(st == MN_E_UNSUPPORTED);
-    CHECK_MSG(strstr(msg, "huge.weight") && strstr(msg, "524288 bytes") && strstr(msg, SMALL_MAX) &&
-                  strstr(msg, "buffer-device-address"),
-              "message: %s", msg);
+    mn_session *s = lu_session(g, MN_BACKEND_VULKAN, small, MN_MODE_INFERENCE, NULL);
+    if (s) {
+        float out[256];
+        int two = 0;
+        for (int32_t i = 0; i < s->g->n; i++) two += memplan_pages(&s->plan, i) == 2;
+        CHECK_MSG(two > 0 && s->plan.chunk_bytes == 262144, "the parameter should span two chunks");
+        CHECK_OK(mn_session_run(s), mn_session_error(s));
+        CHECK_OK(mn_session_output(s, "sum", out, sizeof out), mn_session_error(s));
+        int bad = 0;
+        for (int i = 0; i < 256; i++) bad += out[i] != 256.0f;
+        CHECK_MSG(!bad, "sums over a paged parameter: %d of 256 wrong (first %g)", bad, out[0]);
+    }
     mn_session_destroy(s);
     mn_graph_destroy(g);
 }
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* a malformed limit is refused when the device opens */
-    const char *bad[] = {"12x", "-5", "100", "99999999999999999999999", " 4096"};
+    const char *bad[] = {"12x", "-5", "63", "99999999999999999999999", " 4096"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv("MEGANEURA_VK_MAX_ALLOCATION", bad[i], 1);
         mn_device *d = NULL;
@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
         CHECK_MSG(fabs((double)lc[i] - lv[i]) < 1e-4, "mlp step %d: %g vs %g", i, lc[i], lv[i]);
     }
 
-    too_big(small);
+    paged(small);
     out_of_memory(big);
     mn_device_close(small);
     mn_device_close(big);

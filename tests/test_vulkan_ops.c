@@ -9,6 +9,12 @@
  * the parameters after the updates. Runs under the Khronos validation layer
  * when it is installed (MEGANEURA_VALIDATE=1 from ctest): any validation
  * error or warning fails the test.
+ *
+ * With MEGANEURA_VK_MAX_ALLOCATION=64 (the ctest test_vulkan_ops_paged)
+ * every tensor above 16 elements is paged (spans several 64-byte chunks,
+ * test_vk_paged), so the table runs the templates on paged operands; a
+ * case whose kernels would need more descriptors than the device allows one
+ * kernel is counted, not failed (test_vk_paged checks that error).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +27,9 @@
 
 static int g_validation_msgs;
 static mn_device *g_dev; /* one Vulkan device shared by every session here */
+static bool g_paged_run;  /* MEGANEURA_VK_MAX_ALLOCATION set: tensors paged */
+static int g_paged_sessions, g_desc_skips;
+static bool g_last_paged; /* the last Vulkan session opened has paged tensors */
 static void on_log(mn_log_level level, const char *msg, void *user) {
     if (level <= MN_LOG_WARN) {
         g_validation_msgs++;
@@ -78,10 +87,21 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc 
     session_internal_options io = {.grads_only = true};
     mn_session *s = NULL;
     mn_status st = session_create_ex(&s, g, &o, &io);
+    if (st == MN_E_UNSUPPORTED && g_paged_run && strstr(mn_session_error(s), "storage-buffer descriptors")) {
+        printf("  (skipped: %s)\n", mn_session_error(s));
+        g_desc_skips++;
+        mn_session_destroy(s);
+        return NULL;
+    }
     CHECK_OK(st, mn_session_error(s));
     if (st) {
         mn_session_destroy(s);
         return NULL;
+    }
+    if (be == MN_BACKEND_VULKAN) {
+        g_last_paged = false;
+        for (int32_t i = 0; i < s->g->n && !g_last_paged; i++) g_last_paged = memplan_pages(&s->plan, i) > 0;
+        g_paged_sessions += g_last_paged;
     }
     if (c->labels_in != MN_NONE)
         CHECK_OK(session_write_node(s, c->labels_in, c->labels, (size_t)c->nlabels * 4), mn_session_error(s));
@@ -126,8 +146,8 @@ static void run_case(const gcase *k) {
         if (e > bwd || isnan(e)) bwd = e;
     }
     bool ok = fwd <= tol && bwd <= tol;
-    printf("  %-26s %-20s fwd %9.2e  bwd %9.2e  tol %7.0e  %s\n", k->name, op_table[k->op].name, fwd, bwd, tol,
-           ok ? "ok" : "FAIL");
+    printf("  %-26s %-20s fwd %9.2e  bwd %9.2e  tol %7.0e  %s%s\n", k->name, op_table[k->op].name, fwd, bwd, tol,
+           ok ? "ok" : "FAIL", g_paged_run && g_last_paged ? " (paged)" : "");
     CHECK_MSG(ok, "%s: Vulkan differs from CPU: fwd NMSE %.3g, bwd NMSE %.3g > %.3g", k->name, fwd, bwd, tol);
     mn_session_destroy(sv);
     mn_session_destroy(sc);
@@ -191,6 +211,8 @@ static void optimizer_case(const char *name, mn_optimizer o) {
 
 int main(void) {
     mn_set_log(on_log, NULL);
+    const char *lim = getenv("MEGANEURA_VK_MAX_ALLOCATION");
+    g_paged_run = lim && *lim;
     g_dev = th_require_vulkan();
     if (!g_dev) return th_finish("test_vulkan_ops");
     { /* a device of another backend is refused with a message */
@@ -222,5 +244,11 @@ int main(void) {
     optimizer_case("adamw + clipping", o);
     mn_device_close(g_dev); /* sessions are gone: this frees it */
     CHECK_MSG(g_validation_msgs == 0, "%d validation/log errors or warnings", g_validation_msgs);
+    if (g_paged_run) {
+        printf("  MEGANEURA_VK_MAX_ALLOCATION=%s: %d Vulkan sessions with paged tensors, %d cases over the "
+               "descriptor limit\n", lim, g_paged_sessions, g_desc_skips);
+        CHECK_MSG(g_paged_sessions >= 60 && g_desc_skips <= 8, "%d paged sessions, %d skipped", g_paged_sessions,
+                  g_desc_skips);
+    }
     return th_finish("test_vulkan_ops");
 }

@@ -188,11 +188,11 @@ mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size) {
     return MN_OK;
 }
 
-/* The lowest start in [off, off + len) of size bytes inside one chunk, or
- * UINT64_MAX if none. */
+/* The lowest start in [off, off + len) of size bytes inside one chunk (size
+ * > chunk: at a chunk boundary), or UINT64_MAX if none. */
 static uint64_t chunk_start(uint64_t off, uint64_t len, uint64_t size, uint64_t chunk) {
     uint64_t p = off;
-    if (p % chunk + size > chunk) p = (p / chunk + 1) * chunk;
+    if (size > chunk ? p % chunk != 0 : p % chunk + size > chunk) p = (p / chunk + 1) * chunk;
     if (len != MP_FS_INF && (p < off || p - off > len || len - (p - off) < size)) return UINT64_MAX;
     return p;
 }
@@ -213,7 +213,7 @@ static uint64_t fs_find_chunked(const mp_freeset *fs, int32_t t, uint64_t size, 
 
 mn_status mp_fs_alloc_chunked(mp_freeset *fs, uint64_t size, uint64_t chunk, uint64_t *off) {
     uint64_t at = 0, p = fs_find_chunked(fs, fs->root, size, chunk, &at);
-    *off = p; /* the last interval runs to infinity: always found when size <= chunk */
+    *off = p; /* the last interval runs to infinity: always found */
     /* the two pieces left around [p, p + size): nodes first, the tree after */
     int32_t left = fs_node(fs, 0, 0), right = left < 0 ? -1 : fs_node(fs, 0, 0);
     if (left < 0 || right < 0) {
@@ -260,8 +260,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     mp->n = n;
     mp->real_size = opt->real_size;
     mp->chunk_bytes = opt->chunk_bytes;
-    const uint64_t chunk = opt->chunk_bytes;
-    int32_t big = -1; /* a tensor larger than a chunk */
+    uint64_t chunk = opt->chunk_bytes;
     mp->slots = calloc((size_t)n, sizeof *mp->slots);
     int32_t *root = malloc((size_t)n * sizeof *root);
     int32_t *first = malloc((size_t)n * sizeof *first), *last = malloc((size_t)n * sizeof *last);
@@ -286,6 +285,17 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     if (kr)
         for (int32_t t = 0; t < norder; t++)
             if (kr[order[t]] != order[t]) fused[order[t]] = 1, fused[kr[order[t]]] = 2;
+    /* a tensor larger than a chunk spans whole chunks from a chunk boundary
+     * (a paged operand): the chunk becomes a power of two so kernels find an
+     * element's page with a shift */
+    for (int32_t i = 0; chunk && i < n; i++) {
+        if (!live[i] || root[i] != i || align_up(node_bytes(&g->nodes[i], opt->real_size)) <= chunk) continue;
+        uint64_t p2 = MP_ALIGN;
+        while (p2 <= chunk / 2) p2 *= 2;
+        chunk = p2;
+        break;
+    }
+    mp->chunk_bytes = chunk;
     /* a root is pinned to the io arena if any alias of it is an output or the loss */
     for (int32_t i = 0; i < n; i++)
         if (live[i] && (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ))) io[root[i]] = 1;
@@ -310,14 +320,10 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         const node *nd = &g->nodes[i];
         uint64_t bytes = node_bytes(nd, opt->real_size);
         if (!mn_add_u64(&mp->sum_bytes, mp->sum_bytes, align_up(bytes))) goto overflow;
-        if (chunk && align_up(bytes) > chunk) {
-            big = i;
-            goto too_big;
-        }
         int8_t a = pinned_arena(nd, io[i]);
         if (a == MP_ARENA_WORK) continue;
         uint64_t at = mp->arena_bytes[a];
-        if (chunk && at % chunk + bytes > chunk) at = (at / chunk + 1) * chunk;
+        if (chunk && (bytes > chunk ? at % chunk != 0 : at % chunk + bytes > chunk)) at = (at / chunk + 1) * chunk;
         mp->slots[i] = (mp_slot){a, at, bytes};
         if (!mn_add_u64(&mp->arena_bytes[a], at, align_up(bytes))) goto overflow;
     }
@@ -344,17 +350,14 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
             }
         }
         if (place && !reused) {
-            if (chunk && align_up(bytes) > chunk) {
-                big = id;
-                goto too_big;
-            }
             if (opt->reuse && chunk) {
                 if ((st = mp_fs_alloc_chunked(&work, align_up(bytes), chunk, &off))) goto nomem;
             } else if (opt->reuse) {
                 mp_fs_alloc(&work, align_up(bytes), &off);
             } else {
                 off = work.high;
-                if (chunk && off % chunk + bytes > chunk) off = (off / chunk + 1) * chunk;
+                if (chunk && (bytes > chunk ? off % chunk != 0 : off % chunk + bytes > chunk))
+                    off = (off / chunk + 1) * chunk;
                 work.high = off;
                 if (!mn_add_u64(&work.high, work.high, align_up(bytes))) goto overflow;
             }
@@ -390,14 +393,6 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         mp->slots[i] = mp->slots[root[i]];
         mp->slots[i].bytes = node_bytes(&g->nodes[i], opt->real_size);
     }
-    goto done;
-too_big:
-    st = MN_E_UNSUPPORTED;
-    mn_fmt(err, cap,
-           "memplan: tensor '%s' (%%%d, %s) needs %llu bytes, more than the %llu bytes the device allows one "
-           "binding (tensors larger than one binding need buffer-device-address support: future work)",
-           g->nodes[big].name ? g->nodes[big].name : "(unnamed)", big, op_table[g->nodes[big].op].name,
-           (unsigned long long)node_bytes(&g->nodes[big], opt->real_size), (unsigned long long)chunk);
     goto done;
 overflow:
     st = MN_E_NOMEM;
@@ -440,7 +435,10 @@ void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f) {
     for (int32_t i = 0; i < mp->n; i++) {
         const mp_slot *s = &mp->slots[i];
         if (s->arena < 0) continue;
-        fprintf(f, "  %%%d %s %s @%llu +%llu\n", i, op_table[g->nodes[i].op].name, names[s->arena],
+        fprintf(f, "  %%%d %s %s @%llu +%llu", i, op_table[g->nodes[i].op].name, names[s->arena],
                 (unsigned long long)s->offset, (unsigned long long)s->bytes);
+        uint64_t pages = memplan_pages(mp, i);
+        if (pages) fprintf(f, " (paged: %llu chunks)", (unsigned long long)pages);
+        fprintf(f, "\n");
     }
 }

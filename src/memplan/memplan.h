@@ -9,12 +9,15 @@
  * (RESHAPE) and in-place updates (optimizer ops) share their input's range.
  *
  * Chunking (memplan_options.chunk_bytes, set by backends whose one binding
- * or allocation holds less than an arena): every tensor lies inside one
- * chunk [k * chunk_bytes, (k + 1) * chunk_bytes) of its arena. Pinned arenas
- * skip to the next chunk boundary when a tensor would straddle one; work
- * placement takes the lowest free range that straddles none. A tensor larger
- * than a chunk is an error naming it. chunk_bytes 0: no chunking (the
- * placements are exactly those without the option).
+ * or allocation holds less than an arena): every tensor of at most a chunk
+ * lies inside one chunk [k * chunk_bytes, (k + 1) * chunk_bytes) of its
+ * arena. Pinned arenas skip to the next chunk boundary when a tensor would
+ * straddle one; work placement takes the lowest free range that straddles
+ * none. A tensor larger than a chunk starts at a chunk boundary and spans
+ * consecutive chunks (a paged tensor, memplan_pages); when the graph has
+ * one, the plan's chunk is the option's rounded down to a power of two (so
+ * a kernel maps an element to its page with a shift). chunk_bytes 0: no
+ * chunking (the placements are exactly those without the option).
  *
  * Does not: allocate memory (backends do), decide the order (schedule does).
  */
@@ -37,14 +40,14 @@ typedef struct memplan {
     int32_t n;
     uint64_t arena_bytes[MP_ARENA_COUNT];
     uint64_t sum_bytes; /* sum of all tensors' sizes, each aligned to MP_ALIGN (no reuse, no chunk padding) */
-    uint64_t chunk_bytes; /* the option it was built with (0: none) */
+    uint64_t chunk_bytes; /* the option's, a power of two if a tensor is larger (0: none) */
     size_t real_size;   /* bytes per f32 element: 4, or 8 for the CPU f64 mode */
 } memplan;
 
 typedef struct memplan_options {
     size_t real_size; /* 4 or 8 */
     bool reuse;       /* false: every tensor gets its own range (the reference for tests) */
-    uint64_t chunk_bytes; /* 0, or a multiple of 256: no tensor straddles a multiple of it */
+    uint64_t chunk_bytes; /* 0, or a multiple of MP_ALIGN: the most bytes of one binding (see above) */
     /* The kernel plan (kir.h): kernel_root[i] != i marks a node folded into
      * kernel_root[i]'s kernel, which must directly follow it and its fellow
      * members in the order: it gets no storage and its reads count at the
@@ -83,10 +86,20 @@ void mp_fs_alloc(mp_freeset *fs, uint64_t size, uint64_t *off);
  * free neighbours. MN_E_NOMEM only if a node cannot be allocated. */
 mn_status mp_fs_release(mp_freeset *fs, uint64_t off, uint64_t size);
 /* The lowest offset with size free bytes inside one chunk [k * chunk, (k + 1)
- * * chunk), now taken (size <= chunk). Searches past intervals that are long
+ * * chunk), now taken (size > chunk: the lowest chunk boundary with size
+ * free bytes). Searches past intervals that are long
  * enough but straddle a boundary at the wrong place, so not O(log n) in the
  * worst case. MN_E_NOMEM only if a node cannot be allocated. */
 mn_status mp_fs_alloc_chunked(mp_freeset *fs, uint64_t size, uint64_t chunk, uint64_t *off);
+
+/* The number of chunks node id's storage spans when it is larger than one
+ * (a paged tensor, starting at a chunk boundary); 0 when it fits one chunk,
+ * has no storage or the plan has no chunks. */
+static inline uint64_t memplan_pages(const memplan *mp, int32_t id) {
+    const mp_slot *s = &mp->slots[id];
+    if (!mp->chunk_bytes || s->arena < 0 || s->bytes <= mp->chunk_bytes) return 0;
+    return (s->bytes + mp->chunk_bytes - 1) / mp->chunk_bytes;
+}
 
 /* Storage root of a node: follows views/in-place aliases to the owner. */
 int32_t memplan_root(const mn_graph *g, int32_t id);

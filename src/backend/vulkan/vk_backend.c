@@ -5,10 +5,15 @@
  *
  * Each arena of the plan is split into chunks of at most caps.max_binding
  * bytes (the plan's chunk_bytes), each its own VkBuffer and dedicated
- * allocation; the plan keeps every tensor inside one chunk, so a binding,
- * a copy or a readback always names one buffer. The whole size is checked
- * against the device's heap (its VK_EXT_memory_budget budget where known)
- * before anything is allocated.
+ * allocation; the plan keeps every tensor of at most a chunk inside one, so
+ * its binding, copies and readback name one buffer. A larger tensor (paged,
+ * memplan_pages) starts at a chunk boundary and spans whole chunks: kernels
+ * bind it as an array of one descriptor per chunk (a descriptor-set layout
+ * and pipeline layout per distinct page-count signature; kernels without
+ * paged operands share the plain one), and uploads, fills and reads of it
+ * go chunk by chunk. The whole size is checked against the device's heap
+ * (its VK_EXT_memory_budget budget where known) before anything is
+ * allocated.
  *
  * Per execute the host does only: copy pending uploads into the staging
  * buffer, one vkQueueSubmit (uploads + the recorded step), one fence wait.
@@ -54,6 +59,7 @@
 
 typedef struct node_rt {
     int32_t pipe; /* index into pipes, -1: nothing to dispatch */
+    int32_t lay;  /* index into lays: its descriptor-set and pipeline layouts */
     uint32_t groups[3];
     uint32_t push[8];
     VkDescriptorSet set; /* binding j: the tensor opnd[j] */
@@ -64,8 +70,17 @@ typedef struct node_rt {
     uint8_t written; /* bit j: operand j >= 1 is written in place too */
 } node_rt;
 
+/* Layouts for one signature: descriptors per binding (1, or the pages of a
+ * paged operand). lays[0]: all 1, the kernels without paged operands. */
+typedef struct layout_entry {
+    uint32_t count[MAX_OPERANDS];
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+} layout_entry;
+
 typedef struct pipe_entry {
     uint64_t key;
+    int32_t lay; /* its pipeline layout (lays) */
     VkShaderModule module;
     VkPipeline pipeline;
 } pipe_entry;
@@ -86,6 +101,8 @@ typedef struct operand_span {
     VkBuffer handle;   /* the VkBuffer (arena chunk) holding the tensor */
     VkDeviceSize offset, range; /* the binding: offset aligned to minStorageBufferOffsetAlignment */
     uint64_t elem;     /* the tensor's first element from the binding's start (pc.off) */
+    VkDeviceSize span; /* the bytes from `at` the kernel may touch (hazards): range, or all pages */
+    uint32_t pages;    /* 0, or the chunks a paged tensor spans (handle..: the first; see page_info) */
     bool live;         /* false: the tensor has no storage (bound to a dummy range, not tracked) */
 } operand_span;
 
@@ -110,8 +127,8 @@ typedef struct vkb {
     VkBufferCopy *pending; /* uploads waiting in the staging buffer */
     int8_t *pending_arena;
     int npending, cap_pending;
-    VkDescriptorSetLayout dsl;
-    VkPipelineLayout layout;
+    layout_entry *lays;
+    int nlays, cap_lays;
     VkDescriptorPool dpool; /* one set per dispatched node */
     VkPipelineCache pcache;
     pipe_entry *pipes;
@@ -247,8 +264,15 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
     int32_t *types[MP_ARENA_COUNT] = {0};
     mn_status st = MN_OK;
     for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
-        VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a];
-        uint32_t n = (uint32_t)((size + b->chunk - 1) / b->chunk);
+        VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a], nk = (size + b->chunk - 1) / b->chunk;
+        if (nk > UINT32_MAX / 2) { /* chunk indices are 32-bit (and the heap check below fails long before) */
+            mn_fmt(err, cap, "vulkan: the %s arena (%llu bytes) needs %llu chunks of %llu bytes, more than %u",
+                   names[a], (unsigned long long)size, (unsigned long long)nk, (unsigned long long)b->chunk,
+                   UINT32_MAX / 2);
+            st = MN_E_UNSUPPORTED;
+            break;
+        }
+        uint32_t n = (uint32_t)nk;
         b->bufs[a] = calloc(n, sizeof *b->bufs[a]);
         b->mems[a] = calloc(n, sizeof *b->mems[a]);
         types[a] = calloc(n, sizeof *types[a]);
@@ -324,7 +348,7 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
     VkDeviceSize rb = 0;
     for (int i = 0; i < b->p->nreadback; i++) {
         const mp_slot *s = &b->p->plan->slots[b->p->readback[i]];
-        b->rb_ok[i] = s->arena >= 0 && rb + s->bytes <= RB_BYTES;
+        b->rb_ok[i] = s->arena >= 0 && rb + s->bytes <= RB_BYTES && !memplan_pages(b->p->plan, b->p->readback[i]);
         b->rb_off[i] = rb;
         if (b->rb_ok[i]) rb = (rb + s->bytes + 15) & ~(VkDeviceSize)15;
     }
@@ -337,36 +361,74 @@ static mn_status make_arenas(vkb *b, char *err, size_t cap) {
     return MN_OK;
 }
 
+/* The layouts for descriptor counts count[] (found or made): *out indexes
+ * b->lays. */
+static mn_status get_layout(vkb *b, const uint32_t *count, int32_t *out, char *err, size_t cap) {
+    for (int i = 0; i < b->nlays; i++)
+        if (memcmp(b->lays[i].count, count, sizeof b->lays[i].count) == 0) {
+            *out = i;
+            return MN_OK;
+        }
+    if (b->nlays == b->cap_lays) {
+        int c2 = b->cap_lays ? 2 * b->cap_lays : 4;
+        layout_entry *nl = realloc(b->lays, (size_t)c2 * sizeof *nl);
+        if (!nl) return MN_E_NOMEM;
+        b->lays = nl;
+        b->cap_lays = c2;
+    }
+    layout_entry *e = &b->lays[b->nlays];
+    memset(e, 0, sizeof *e);
+    memcpy(e->count, count, sizeof e->count);
+    VkDescriptorSetLayoutBinding bind[MAX_OPERANDS];
+    for (uint32_t i = 0; i < MAX_OPERANDS; i++)
+        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, count[i],
+                                                 VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    li.bindingCount = MAX_OPERANDS;
+    li.pBindings = bind;
+    b->nlays++; /* destroyed with the rest, made or not */
+    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &e->dsl), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pi.setLayoutCount = 1;
+    pi.pSetLayouts = &e->dsl;
+    pi.pushConstantRangeCount = 1;
+    pi.pPushConstantRanges = &pr;
+    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &e->layout), "vkCreatePipelineLayout");
+    *out = b->nlays - 1;
+    return MN_OK;
+}
+
 static mn_status make_layout(vkb *b, char *err, size_t cap) {
     if (b->c.props.limits.maxPerStageDescriptorStorageBuffers < MAX_OPERANDS) {
         mn_fmt(err, cap, "vulkan: '%s' allows %u storage buffers per shader stage; kernels bind up to %d",
                b->c.props.deviceName, b->c.props.limits.maxPerStageDescriptorStorageBuffers, MAX_OPERANDS);
         return MN_E_UNSUPPORTED;
     }
-    VkDescriptorSetLayoutBinding bind[MAX_OPERANDS];
-    for (uint32_t i = 0; i < MAX_OPERANDS; i++)
-        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT,
-                                                 NULL};
-    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-    li.bindingCount = MAX_OPERANDS;
-    li.pBindings = bind;
-    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &b->dsl), "vkCreateDescriptorSetLayout");
-    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
-    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
-    pi.setLayoutCount = 1;
-    pi.pSetLayouts = &b->dsl;
-    pi.pushConstantRangeCount = 1;
-    pi.pPushConstantRanges = &pr;
-    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &b->layout), "vkCreatePipelineLayout");
-    return MN_OK;
+    uint32_t ones[MAX_OPERANDS];
+    for (int i = 0; i < MAX_OPERANDS; i++) ones[i] = 1;
+    int32_t idx;
+    return get_layout(b, ones, &idx, err, cap); /* lays[0] */
 }
 
 /* The one place that knows where a tensor lives on the device: its buffer,
  * the binding's offset and range, and the element offset left for pc.off.
- * The tensor lies inside one chunk of its arena (the plan sees to it). */
+ * The tensor lies inside one chunk of its arena (the plan sees to it), or
+ * is paged: from a chunk boundary over o.pages chunks (page_info). */
 static operand_span operand(const vkb *b, int32_t id) {
     const mp_slot *s = &b->p->plan->slots[id];
     operand_span o = {0};
+    uint64_t pages = memplan_pages(b->p->plan, id);
+    if (pages) { /* page 0 here; page_info for each */
+        o.buf = (uint32_t)s->arena;
+        o.pages = (uint32_t)pages;
+        o.at = s->offset;
+        o.handle = chunk_at(b, s->arena, s->offset, &o.offset);
+        o.range = chunk_size(b, s->arena, (uint32_t)(s->offset / b->chunk));
+        o.span = (s->bytes + 3) / 4 * 4;
+        o.live = true;
+        return o;
+    }
     VkDeviceSize align = b->c.caps.offset_align < 4 ? 4 : b->c.caps.offset_align;
     if (s->arena < 0 || s->arena >= MP_ARENA_COUNT) { /* no storage: a valid binding nobody uses */
         o.buf = MP_ARENA_WORK;
@@ -384,8 +446,18 @@ static operand_span operand(const vkb *b, int32_t id) {
     o.range = (local - o.offset + s->bytes + 3) / 4 * 4;
     if (o.range < 4) o.range = 4;
     if (o.offset + o.range > size) o.range = size - o.offset;
+    o.span = o.range;
     o.live = true;
     return o;
+}
+
+/* Page j of paged tensor id: chunk k0 + j of its arena from its start, the
+ * tensor's bytes in it. */
+static VkDescriptorBufferInfo page_info(const vkb *b, int32_t id, uint32_t j) {
+    const mp_slot *s = &b->p->plan->slots[id];
+    uint32_t k = (uint32_t)(s->offset / b->chunk) + j;
+    VkDeviceSize left = (s->bytes - (VkDeviceSize)j * b->chunk + 3) / 4 * 4, size = chunk_size(b, s->arena, k);
+    return (VkDescriptorBufferInfo){b->bufs[s->arena][k], 0, left < size ? left : size};
 }
 
 /* One descriptor set per dispatched node, written once: binding 0 = the
@@ -393,12 +465,15 @@ static operand_span operand(const vkb *b, int32_t id) {
  * nothing is updated per step. */
 static mn_status make_sets(vkb *b, char *err, size_t cap) {
     const program *p = b->p;
-    uint32_t nsets = 0, ndesc = 0;
+    uint32_t nsets = 0, ndesc = 0, most = 0;
     for (int32_t i = 0; i < p->norder; i++) {
         int32_t id = p->order[i];
         if (b->rt[id].pipe < 0) continue;
         nsets++;
-        ndesc += b->rt[id].nopnd;
+        uint32_t nd = 0; /* a set takes every descriptor of its layout, used or not */
+        for (int k = 0; k < MAX_OPERANDS; k++) nd += b->lays[b->rt[id].lay].count[k];
+        ndesc += nd;
+        if (nd > most) most = nd;
     }
     if (!nsets) return MN_OK;
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
@@ -410,27 +485,37 @@ static mn_status make_sets(vkb *b, char *err, size_t cap) {
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
     ai.descriptorPool = b->dpool;
     ai.descriptorSetCount = 1;
-    ai.pSetLayouts = &b->dsl;
-    for (int32_t i = 0; i < p->norder; i++) {
+    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
+    if (!info) return MN_E_NOMEM;
+    mn_status st = MN_OK;
+    for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
         node_rt *rt = &b->rt[id];
         if (rt->pipe < 0) continue;
-        VKCHECK(vkAllocateDescriptorSets(b->c.device, &ai, &rt->set), "vkAllocateDescriptorSets");
-        VkDescriptorBufferInfo info[MAX_OPERANDS];
+        ai.pSetLayouts = &b->lays[rt->lay].dsl;
+        VkResult r = vkAllocateDescriptorSets(b->c.device, &ai, &rt->set);
+        if (r != VK_SUCCESS) {
+            st = vk_fail(b, r, "vkAllocateDescriptorSets", err, cap);
+            break;
+        }
         VkWriteDescriptorSet w[MAX_OPERANDS];
+        uint32_t at = 0;
         for (int k = 0; k < rt->nopnd; k++) {
-            operand_span o = operand(b, rt->opnd[k]);
-            info[k] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+            int32_t t = rt->opnd[k];
+            operand_span o = operand(b, t);
             w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
             w[k].dstSet = rt->set;
             w[k].dstBinding = (uint32_t)k;
-            w[k].descriptorCount = 1;
+            w[k].descriptorCount = o.pages ? o.pages : 1;
             w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            w[k].pBufferInfo = &info[k];
+            w[k].pBufferInfo = &info[at];
+            if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+            for (uint32_t j = 0; j < o.pages; j++) info[at++] = page_info(b, t, j);
         }
         vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
     }
-    return MN_OK;
+    free(info);
+    return st;
 }
 
 /* ---- pipeline cache (per device and driver, on disk: vk_cache.c) --------- */
@@ -469,10 +554,11 @@ static void pcache_save(vkb *b) {
 
 static uint64_t hash_str(const char *s) { return mn_hash_str(s); }
 
-static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t *out, char *err, size_t cap) {
+static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t lay, int32_t *out, char *err,
+                              size_t cap) {
     uint64_t key = hash_str(src);
     for (int i = 0; i < b->npipes; i++)
-        if (b->pipes[i].key == key) {
+        if (b->pipes[i].key == key && b->pipes[i].lay == lay) {
             *out = i;
             return MN_OK;
         }
@@ -495,6 +581,7 @@ static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_
     pipe_entry *e = &b->pipes[b->npipes];
     memset(e, 0, sizeof *e);
     e->key = key;
+    e->lay = lay;
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = nwords * 4;
     mi.pCode = words;
@@ -506,7 +593,7 @@ static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     ci.stage.module = e->module;
     ci.stage.pName = "main";
-    ci.layout = b->layout;
+    ci.layout = b->lays[lay].layout;
     r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &e->pipeline);
     if (r != VK_SUCCESS) {
         vkDestroyShaderModule(b->c.device, e->module, NULL);
@@ -544,7 +631,7 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
                 break;
             }
             for (int j = 0; j < nm; j++) members[j] = p->order[i - nm + j];
-            if ((st = vk_codegen_fused(k, p->g, id, members, nm, ext, &next, &b->c.caps, err, cap))) break;
+            if ((st = vk_codegen_fused(k, p->g, id, members, nm, ext, &next, p->plan, &b->c.caps, err, cap))) break;
             for (int j = 0; j < next; j++) rt->opnd[1 + j] = ext[j];
             rt->nopnd = (uint8_t)(1 + next);
         } else {
@@ -565,7 +652,21 @@ static mn_status build_kernels(vkb *b, char *err, size_t cap) {
         if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
         char label[64];
         snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
-        st = get_pipeline(b, src, label, &rt->pipe, err, cap);
+        /* one descriptor per binding, or per page of a paged operand (the
+         * source names the page counts: one source, one layout); a layout
+         * with a paged operand leaves the bindings past the node's inputs
+         * empty, so its descriptors are those vk_codegen_node counted
+         * against the device's per-stage limit */
+        uint32_t count[MAX_OPERANDS];
+        bool paged = false;
+        for (int j = 0; j < MAX_OPERANDS; j++) {
+            uint64_t pg = j < rt->nopnd ? memplan_pages(p->plan, rt->opnd[j]) : 0;
+            count[j] = pg ? (uint32_t)pg : 1;
+            paged |= pg > 0;
+        }
+        for (int j = rt->nopnd; paged && j < MAX_OPERANDS; j++) count[j] = 0;
+        st = get_layout(b, count, &rt->lay, err, cap);
+        if (!st) st = get_pipeline(b, src, label, rt->lay, &rt->pipe, err, cap);
         free(src);
         memcpy(rt->groups, k->groups, sizeof rt->groups);
         for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
@@ -596,8 +697,8 @@ static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
     for (int k = 0; k < rt->nopnd; k++) {
         operand_span o = operand(b, rt->opnd[k]);
         if (!o.live) continue;
-        acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.range};
-        if (rt->written & (1u << k)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.range};
+        acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.span};
+        if (rt->written & (1u << k)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.span};
     }
     return na;
 }
@@ -674,8 +775,9 @@ static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
             vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipes[rt->pipe].pipeline);
             bound = rt->pipe;
         }
-        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->layout, 0, 1, &rt->set, 0, NULL);
-        vkCmdPushConstants(cb, b->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof rt->push, rt->push);
+        VkPipelineLayout layout = b->lays[rt->lay].layout;
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, layout, 0, 1, &rt->set, 0, NULL);
+        vkCmdPushConstants(cb, layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof rt->push, rt->push);
         if (prof && q + 2 <= b->qcap) vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->qpool, q);
         vkCmdDispatch(cb, rt->groups[0], rt->groups[1], rt->groups[2]);
         if (prof && q + 2 <= b->qcap) {
@@ -846,8 +948,11 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
             }
             if (b->staging_used >= b->staging_size && (st = flush_uploads(b, err, cap))) return st;
         }
+        /* one copy per staging window and per arena chunk (a paged tensor) */
         size_t chunk = bytes - done, room = (size_t)(b->staging_size - b->staging_used);
+        VkDeviceSize page = b->chunk - (s->offset + done) % b->chunk;
         if (chunk > room) chunk = room;
+        if (chunk > page) chunk = (size_t)page;
         double t0 = b->profile ? now_us() : 0;
         memcpy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
         if (b->profile) b->host_copy_us += now_us() - t0;
@@ -875,20 +980,25 @@ static mn_status vkb_fill(void *bp, int32_t id, uint32_t pattern, char *err, siz
     if (!s->bytes) return MN_OK;
     int k = rb_index(b, id);
     if (k >= 0) b->rb_fresh[k] = false;
-    if (b->npending == b->cap_pending) {
-        int c2 = b->cap_pending ? 2 * b->cap_pending : 64;
-        VkBufferCopy *np = realloc(b->pending, (size_t)c2 * sizeof *np);
-        int8_t *na = np ? realloc(b->pending_arena, (size_t)c2) : NULL;
-        if (np) b->pending = np;
-        if (!np || !na) {
-            mn_fmt(err, cap, "vulkan: out of memory queueing a fill of node %d", id);
-            return MN_E_NOMEM;
+    for (VkDeviceSize done = 0; done < s->bytes;) { /* one fill per arena chunk (a paged tensor) */
+        if (b->npending == b->cap_pending) {
+            int c2 = b->cap_pending ? 2 * b->cap_pending : 64;
+            VkBufferCopy *np = realloc(b->pending, (size_t)c2 * sizeof *np);
+            int8_t *na = np ? realloc(b->pending_arena, (size_t)c2) : NULL;
+            if (np) b->pending = np;
+            if (!np || !na) {
+                mn_fmt(err, cap, "vulkan: out of memory queueing a fill of node %d", id);
+                return MN_E_NOMEM;
+            }
+            b->pending_arena = na;
+            b->cap_pending = c2;
         }
-        b->pending_arena = na;
-        b->cap_pending = c2;
+        VkDeviceSize piece = s->bytes - done, page = b->chunk - (s->offset + done) % b->chunk;
+        if (piece > page) piece = page;
+        b->pending[b->npending] = (VkBufferCopy){pattern, s->offset + done, piece};
+        b->pending_arena[b->npending++] = (int8_t)(s->arena | PENDING_FILL);
+        done += piece;
     }
-    b->pending[b->npending] = (VkBufferCopy){pattern, s->offset, s->bytes};
-    b->pending_arena[b->npending++] = (int8_t)(s->arena | PENDING_FILL);
     return MN_OK;
 }
 
@@ -908,8 +1018,10 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
         return MN_OK;
     }
     for (size_t done = 0; done < bytes;) {
-        size_t chunk = bytes - done;
+        size_t chunk = bytes - done; /* one staging window and one arena chunk (a paged tensor) at a time */
+        VkDeviceSize page = b->chunk - (s->offset + done) % b->chunk;
         if (chunk > b->staging_size) chunk = (size_t)b->staging_size;
+        if (chunk > page) chunk = (size_t)page;
         VKCHECK(vkResetCommandBuffer(b->once_cb, 0), "vkResetCommandBuffer");
         VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
         bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -1059,8 +1171,10 @@ static void vkb_destroy(void *bp) {
         if (b->fence) vkDestroyFence(d, b->fence, NULL);
         if (b->pool) vkDestroyCommandPool(d, b->pool, NULL);
         if (b->dpool) vkDestroyDescriptorPool(d, b->dpool, NULL);
-        if (b->layout) vkDestroyPipelineLayout(d, b->layout, NULL);
-        if (b->dsl) vkDestroyDescriptorSetLayout(d, b->dsl, NULL);
+        for (int i = 0; i < b->nlays; i++) {
+            if (b->lays[i].layout) vkDestroyPipelineLayout(d, b->lays[i].layout, NULL);
+            if (b->lays[i].dsl) vkDestroyDescriptorSetLayout(d, b->lays[i].dsl, NULL);
+        }
         if (b->staging) vkDestroyBuffer(d, b->staging, NULL);
         if (b->staging_mem) vkFreeMemory(d, b->staging_mem, NULL);
         for (int a = 0; a < MP_ARENA_COUNT; a++)
@@ -1083,6 +1197,7 @@ static void vkb_destroy(void *bp) {
         free(b->mems[a]);
     }
     free(b->pipes);
+    free(b->lays);
     free(b->pending);
     free(b->pending_arena);
     free(b->rt);

@@ -68,10 +68,66 @@ bool vk_input_written(const node *n, int i) {
     return (n->op == OP_SGD_UPDATE && i == 2) || (n->op == OP_ADAM_UPDATE && (i == 2 || i == 3));
 }
 
+/* Operands larger than one binding (memplan_pages): <op>_PAGES and
+ * <op>_SHIFT (log2 of the elements per page), MN_NONUNIFORM when the device
+ * indexes descriptor arrays non-uniformly. Checks that the kernel's
+ * descriptors (one per page) fit the device. Nothing when none is paged. */
+mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
+                           const vk_caps *caps, char *err, size_t cap) {
+    const int32_t id = opnd[0];
+    const node *n = &g->nodes[id];
+    if (!mp || !mp->chunk_bytes) return MN_OK;
+    uint64_t total = 0, most = 0;
+    int32_t big = -1;
+    for (int j = 0; j < nopnd; j++) {
+        int32_t t = opnd[j];
+        uint64_t p = memplan_pages(mp, t);
+        total += p ? p : 1;
+        if (p > most) most = p, big = t;
+    }
+    if (big < 0) return MN_OK;
+    const char *bname = g->nodes[big].name ? g->nodes[big].name : op_table[g->nodes[big].op].name;
+    uint64_t chunk = mp->chunk_bytes, limit = caps->max_stage_buffers ? caps->max_stage_buffers : 32;
+    if ((chunk & (chunk - 1)) != 0 || chunk < 8) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): '%s' (%%%d) spans %llu chunks of %llu bytes, not a power of two",
+               op_table[n->op].name, id, bname, big, (unsigned long long)most, (unsigned long long)chunk);
+        return MN_E_INVALID;
+    }
+    if (!caps->nonuniform && !caps->dynamic_index) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): '%s' (%%%d) spans %llu bindings of %llu bytes, and the device "
+               "indexes no storage-buffer descriptor arrays (shaderStorageBufferArrayDynamicIndexing and "
+               "shaderStorageBufferArrayNonUniformIndexing are both absent)",
+               op_table[n->op].name, id, bname, big, (unsigned long long)most, (unsigned long long)chunk);
+        return MN_E_UNSUPPORTED;
+    }
+    if (total > limit) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): its operands need %llu storage-buffer descriptors ('%s' (%%%d) "
+               "alone spans %llu bindings of %llu bytes), more than the %llu the device allows one kernel; a larger "
+               "MEGANEURA_VK_MAX_ALLOCATION (if it was lowered) or a smaller tensor avoids it",
+               op_table[n->op].name, id, (unsigned long long)total, bname, big, (unsigned long long)most,
+               (unsigned long long)chunk, (unsigned long long)limit);
+        return MN_E_UNSUPPORTED;
+    }
+    int shift = 0;
+    while (((uint64_t)4 << shift) < chunk) shift++; /* elements per page: chunk / 4 */
+    for (int j = 0; j < nopnd; j++) {
+        uint64_t p = memplan_pages(mp, opnd[j]);
+        if (!p) continue;
+        char op[16], nm[32];
+        if (j == 0) snprintf(op, sizeof op, "Y");
+        else snprintf(op, sizeof op, "X%d", j - 1);
+        snprintf(nm, sizeof nm, "%s_PAGES", op);
+        vk_def(k, nm, "%llu", (unsigned long long)p);
+        snprintf(nm, sizeof nm, "%s_SHIFT", op);
+        vk_def(k, nm, "%d", shift);
+    }
+    if (caps->nonuniform) vk_def(k, "MN_NONUNIFORM", "1");
+    return MN_OK;
+}
+
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
     const node *n = &g->nodes[id];
-    (void)mp;
     memset(k, 0, sizeof *k);
     /* every kernel indexes its tensors with 32-bit signed arithmetic */
     int64_t most = vk_index_max(caps);
@@ -84,6 +140,7 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
             return MN_E_UNSUPPORTED;
         }
     }
+    mn_status st0;
     k->local[0] = k->local[1] = k->local[2] = 1;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
     vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));
@@ -94,6 +151,9 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
         snprintf(nm, sizeof nm, "X%d_N", i);
         vk_def(k, nm, "%lluu", (unsigned long long)node_numel(&g->nodes[n->in[i]]));
     }
+    int32_t opnd[1 + NODE_MAX_IN] = {id};
+    for (int i = 0; i < n->nin; i++) opnd[1 + i] = n->in[i];
+    if ((st0 = vk_paged_defines(k, g, opnd, 1 + n->nin, mp, caps, err, cap))) return st0;
     mn_status st = gen_table[n->op](k, g, n, caps, err, cap);
     if (st) return st;
     if (k->overflow) {

@@ -14,8 +14,14 @@
  * - push constants pc.off[0] = output offset, pc.off[1 + i] = input i's
  *   offset, in 4-byte elements from the start of its binding (0 unless the
  *   tensor's offset is finer than minStorageBufferOffsetAlignment);
- * - Y(i), X0(i) .. X5(i) read/write element i of a tensor; X<i>I(i) reads an
- *   int32 tensor element; Y_N, X<i>_N are element counts (uint);
+ * - Y(i) = v writes element i of the output (Y is never read), X0(i) ..
+ *   X5(i) read element i of input k, X<k>_WR(i) = v writes an input the
+ *   kernel updates in place; X<i>I(i) reads an int32 tensor element; Y_N,
+ *   X<i>_N are element counts (uint);
+ * - a paged operand (larger than one binding: memplan_pages) is an array of
+ *   <op>_PAGES bindings of 2^<op>_SHIFT elements each (Y_PAGES, X0_PAGES ..);
+ *   the macros above hide it (preamble.glsl); MN_NONUNIFORM when the device
+ *   indexes descriptor arrays non-uniformly. Defined only when paged;
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
  * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
@@ -41,8 +47,10 @@ typedef struct vk_caps {
     bool memory_budget; /* VK_EXT_memory_budget: heap budgets known */
     /* bytes one storage binding, one buffer and one allocation may hold: the
      * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
-     * (maintenance4) and MEGANEURA_VK_MAX_ALLOCATION, aligned down to 256.
-     * Arenas are split into chunks of this size; no tensor may be larger. */
+     * (maintenance4), aligned down to 256, and MEGANEURA_VK_MAX_ALLOCATION
+     * (aligned down to 64).
+     * Arenas are split into chunks of this size (a power of two when a
+     * tensor is larger: it is paged over several, see memplan_pages). */
     uint64_t max_binding;
     uint64_t device_binding; /* the same from the device alone (messages) */
     uint32_t offset_align;   /* minStorageBufferOffsetAlignment, at least 4 */
@@ -51,6 +59,15 @@ typedef struct vk_caps {
     int64_t index_max;
     /* the largest element offset a push constant pc.off holds (uint) */
     uint64_t push_off_max;
+    /* storage-buffer descriptors one kernel may bind (a paged operand takes
+     * one per page): the least of maxPerStageDescriptorStorageBuffers and
+     * maxDescriptorSetStorageBuffers. 0: 32 */
+    uint32_t max_stage_buffers;
+    /* descriptor-array indexing, enabled on the device when present: by a
+     * dynamically uniform index (shaderStorageBufferArrayDynamicIndexing)
+     * and by any index (shaderStorageBufferArrayNonUniformIndexing). Paged
+     * operands need one of the two. */
+    bool dynamic_index, nonuniform;
 } vk_caps;
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
@@ -105,7 +122,12 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
  * kernel's input tensors, in binding order, to ext (*next of them, at most
  * KIR_MAX_INPUTS). */
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
-                           int32_t *ext, int *next, const vk_caps *caps, char *err, size_t cap);
+                           int32_t *ext, int *next, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* <op>_PAGES / <op>_SHIFT for the operands opnd[0] (the output) and
+ * opnd[1..nopnd) (the inputs, in binding order) that span several chunks
+ * (memplan_pages), and the check that their descriptors fit the device. */
+mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
+                           const vk_caps *caps, char *err, size_t cap);
 /* Helpers of vk_gen_pointwise.c shared with vk_gen_fused.c: the output's
  * shape padded to 4 dims, numpy broadcast strides of x over it, the offset
  * macro NAME(i), a workgroup size. */

@@ -149,9 +149,17 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
     vkGetPhysicalDeviceProperties2(d, &p2);
+    VkPhysicalDeviceDescriptorIndexingFeatures dix = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES};
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    bool v12 = p->apiVersion >= VK_API_VERSION_1_2; /* descriptor indexing is core (no extension to enable) */
+    f16.pNext = v12 ? &dix : NULL;
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
     vkGetPhysicalDeviceFeatures2(d, &f2);
+    caps->dynamic_index = f2.features.shaderStorageBufferArrayDynamicIndexing != 0;
+    caps->nonuniform = v12 && dix.shaderStorageBufferArrayNonUniformIndexing != 0;
+    caps->max_stage_buffers = p->limits.maxPerStageDescriptorStorageBuffers < p->limits.maxDescriptorSetStorageBuffers
+                                  ? p->limits.maxPerStageDescriptorStorageBuffers
+                                  : p->limits.maxDescriptorSetStorageBuffers;
     caps->subgroup_size = sg.subgroupSize;
     caps->max_shared_bytes = p->limits.maxComputeSharedMemorySize;
     caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;
@@ -177,7 +185,9 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
     caps->push_off_max = UINT32_MAX;
 }
 
-/* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits): lowers caps.max_binding. */
+/* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits, at least 64 = MP_ALIGN,
+ * aligned down to 64): lowers caps.max_binding (tests make every tensor of
+ * a small graph paged with it). */
 static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
     const char *v = getenv("MEGANEURA_VK_MAX_ALLOCATION");
     if (!v || !*v) return MN_OK;
@@ -187,12 +197,12 @@ static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
         ok = *c >= '0' && *c <= '9' && x <= (UINT64_MAX - 9) / 10;
         x = x * 10 + (uint64_t)(*c - '0');
     }
-    if (!ok || x < 256) {
-        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 256",
+    if (!ok || x < 64) {
+        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 64",
                v);
         return MN_E_INVALID;
     }
-    x = x / 256 * 256;
+    x = x / 64 * 64;
     if (x < caps->max_binding) caps->max_binding = x;
     return MN_OK;
 }
@@ -264,7 +274,15 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     qi.queueFamilyIndex = c->queue_family;
     qi.queueCount = 1;
     qi.pQueuePriorities = &prio;
+    /* the descriptor-array indexing paged operands use, where present
+     * (caps.dynamic_index, caps.nonuniform); nothing else is enabled */
+    VkPhysicalDeviceDescriptorIndexingFeatures dix = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES};
+    dix.shaderStorageBufferArrayNonUniformIndexing = c->caps.nonuniform;
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.features.shaderStorageBufferArrayDynamicIndexing = c->caps.dynamic_index;
+    f2.pNext = c->caps.nonuniform ? &dix : NULL;
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    di.pNext = &f2;
     di.queueCreateInfoCount = 1;
     di.pQueueCreateInfos = &qi;
     VkResult r = vkCreateDevice(c->phys, &di, NULL, &c->device);
@@ -315,6 +333,9 @@ mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
                 caps.coopmat ? "yes" : "no");
         fprintf(f, "   largest binding/allocation %llu bytes (the arena chunk), memory budget %s\n",
                 (unsigned long long)caps.device_binding, caps.memory_budget ? "yes" : "no");
+        fprintf(f, "   paged tensors: %u storage buffers per kernel, descriptor arrays indexed %s\n",
+                caps.max_stage_buffers,
+                caps.nonuniform ? "non-uniformly" : caps.dynamic_index ? "uniformly only (page loops)" : "not at all");
     }
     if (n == 0) fprintf(f, "no Vulkan devices\n");
     free(d);

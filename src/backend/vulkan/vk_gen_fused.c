@@ -49,7 +49,7 @@ static void read_strides(int64_t st[4], const mn_graph *g, const node *m, int s)
 }
 
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
-                           int32_t *ext, int *next, const vk_caps *caps, char *err, size_t cap) {
+                           int32_t *ext, int *next, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
     const node *rn = &g->nodes[root];
     if (nm + 1 > KIR_MAX_MEMBERS) return ffail(g, root, err, cap, "too many members");
     vk_kernel *scratch = malloc(sizeof *scratch);
@@ -154,6 +154,9 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             snprintf(nmx, sizeof nmx, "X%d_N", b);
             vk_def(k, nmx, "%lluu", (unsigned long long)node_numel(&g->nodes[ext[b]]));
         }
+        int32_t opnd[1 + KIR_MAX_INPUTS] = {root};
+        for (int b = 0; b < *next; b++) opnd[1 + b] = ext[b];
+        st = vk_paged_defines(k, g, opnd, 1 + *next, mp, caps, err, cap);
         vk_line(k, "#define FUSED_BODY(i) \\\n%s    Y(i) = v%d;", body, nm);
         vk_launch_1d(k, caps, (uint64_t)node_numel(rn), vk_pick_local(caps, 256));
         if (k->overflow) st = ffail(g, root, err, cap, "specialisation text too long");

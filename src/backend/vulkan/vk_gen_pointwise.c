@@ -28,7 +28,6 @@
 
 #include "backend/vulkan/vk_codegen.h"
 
-#define VK_MAX_NUMEL ((int64_t)1 << 31)
 #define VK_EXPR_CAP 512
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -40,11 +39,13 @@ static mn_status fail(const mn_graph *g, const node *n, mn_status st, char *err,
     return st;
 }
 
-/* Every tensor of the node must be indexable with 32-bit unsigned math. */
-static mn_status check_size(const mn_graph *g, const node *n, char *err, size_t cap) {
-    bool big = node_numel(n) > VK_MAX_NUMEL;
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > VK_MAX_NUMEL;
-    return big ? fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more than 2^31 elements (32-bit indexing)")
+/* Every tensor of the node must be indexable with the kernels' 32-bit
+ * arithmetic: at most vk_index_max elements (vk_codegen_node checks it
+ * first; kept for callers of the generators alone). */
+static mn_status check_size(const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    bool big = node_numel(n) > vk_index_max(caps);
+    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > vk_index_max(caps);
+    return big ? fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more elements than 32-bit indexing allows")
                : MN_OK;
 }
 
@@ -195,7 +196,7 @@ mn_status vkgen_reshape(vk_kernel *k, const mn_graph *g, const node *n, const vk
  * st[j][d] over the output's padded dims. */
 static mn_status gen_gather(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int nin,
                             const int64_t st[][4], const char *expr, char *err, size_t cap) {
-    mn_status s = check_size(g, n, err, cap);
+    mn_status s = check_size(g, n, caps, err, cap);
     if (s) return s;
     int64_t dim[4];
     pad4(dim, n->rank, n->shape);
@@ -323,7 +324,7 @@ static red_geom red_axis(const node *x, int64_t axis) {
 
 static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
                             bool mean, const red_geom *r, char *err, size_t cap) {
-    mn_status s = check_size(g, n, err, cap);
+    mn_status s = check_size(g, n, caps, err, cap);
     if (s) return s;
     /* short slices: one invocation per output; also when there are many
      * outputs, each invocation then reads neighbouring columns (coalesced) */
@@ -408,7 +409,7 @@ mn_status vkgen_reduce_to(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* Rows of in0 = [rows, C] (C = last dim); loss: one workgroup, scalar out. */
 static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
                           bool loss, char *err, size_t cap) {
-    mn_status s = check_size(g, n, err, cap);
+    mn_status s = check_size(g, n, caps, err, cap);
     if (s) return s;
     const node *x = in_node(g, n, 0);
     const int64_t C = x->rank ? x->shape[x->rank - 1] : 1, rows = C ? node_numel(x) / C : 0;
@@ -505,7 +506,7 @@ static void def_f32(vk_kernel *k, const char *name, float v) { vk_def(k, name, "
 
 static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool adam,
                             char *err, size_t cap) {
-    mn_status s = check_size(g, n, err, cap);
+    mn_status s = check_size(g, n, caps, err, cap);
     if (s) return s;
     const int hyper = adam ? 4 : 3; /* input index of hyper; clip follows it */
     if (n->nin < hyper + 1) return fail(g, n, MN_E_INVALID, err, cap, "missing hyper input");

@@ -26,8 +26,6 @@
 
 #include "backend/vulkan/vk_codegen.h"
 
-#define TR_MAX_NUMEL ((int64_t)1 << 31)
-
 static const node *tr_in(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
 
 static mn_status tr_fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
@@ -35,10 +33,12 @@ static mn_status tr_fail(const mn_graph *g, const node *n, mn_status st, char *e
     return st;
 }
 
-static mn_status tr_check_size(const mn_graph *g, const node *n, char *err, size_t cap) {
-    bool big = node_numel(n) >= TR_MAX_NUMEL;
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(tr_in(g, n, i)) >= TR_MAX_NUMEL;
-    return big ? tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has 2^31 elements or more (32-bit indexing)")
+/* At most vk_index_max elements per tensor (32-bit indexing; vk_codegen_node
+ * checks it first). */
+static mn_status tr_check_size(const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    bool big = node_numel(n) > vk_index_max(caps);
+    for (int i = 0; i < n->nin; i++) big = big || node_numel(tr_in(g, n, i)) > vk_index_max(caps);
+    return big ? tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more elements than 32-bit indexing allows")
                : MN_OK;
 }
 
@@ -83,7 +83,7 @@ static void tr_def_pos(vk_kernel *k, const char *name, int at) {
 /* (table [V,D], ids [...]) -> [..., D]. */
 mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *t = tr_in(g, n, 0);
     k->tmpl = "embedding";
@@ -96,7 +96,7 @@ mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* (ids [N...], dy [..., D]) -> dtable [V,D]: one workgroup per table row. */
 mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                               size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const int64_t V = n->shape[0], D = n->shape[1];
     const uint32_t local = tr_local(caps, 64);
@@ -116,7 +116,7 @@ mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
  * turn fraction of p * (hi + lo) from exact partial products, so the angle
  * keeps a few 1e-7 turns for |p| < 2^24. */
 mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *x = tr_in(g, n, 0);
     const int64_t Dh = x->shape[x->rank - 1], T = x->shape[x->rank - 2], half = Dh / 2;
@@ -155,7 +155,7 @@ enum { AT_FWD = 0, AT_LSE = 1, AT_BWD_Q = 2, AT_BWD_KV = 3 };
  * floats through shared memory. */
 static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op,
                                char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *q = tr_in(g, n, 0), *kk = tr_in(g, n, 1);
     const int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], D = q->shape[3];
@@ -219,7 +219,7 @@ mn_status vkgen_attention_bwd_kv(vk_kernel *k, const mn_graph *g, const node *n,
 /* (out, dout, lse) -> (lse, delta) per query row: one invocation per row. */
 mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                    char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *o = tr_in(g, n, 0);
     k->tmpl = "attention_prep";
@@ -235,7 +235,7 @@ mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *
  * the node's storage is the cache's (memplan alias). */
 mn_status vkgen_kv_append(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, err, cap);
+    mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *x = tr_in(g, n, 1);
     k->tmpl = "kv_append";

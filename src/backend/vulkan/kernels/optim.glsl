@@ -66,7 +66,7 @@ void main() {
 #endif
 #if HAS_MOM
     precise float b = MOM * X2(i) + gv;
-    X2(i) = b;
+    X2_WR(i) = b;
 #if NESTEROV
     gv = gv + MOM * b;
 #else
@@ -85,8 +85,8 @@ void main() {
 #endif
     precise float m = B1 * X2(i) + ONE_M_B1 * gv;
     precise float v = B2 * X3(i) + ONE_M_B2 * gv * gv;
-    X2(i) = m;
-    X3(i) = v;
+    X2_WR(i) = m;
+    X3_WR(i) = v;
     precise float mhat = m / bc1, vhat = v / bc2;
     Y(i) = pv - lr * mhat / (sqrt(vhat) + EPS);
 #endif

@@ -1,6 +1,9 @@
 // preamble.glsl - prepended to every generated kernel (see vk_codegen.h).
 #version 450
 #extension GL_EXT_control_flow_attributes : enable
+#ifdef MN_NONUNIFORM
+#extension GL_EXT_nonuniform_qualifier : require
+#endif
 
 layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) in;
 
@@ -8,38 +11,184 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 // tensor's bytes: binding 0 = the output Y, binding 1 + i = input i
 // (declared when the node has input i). Xi_ACCESS (vk_codegen.c) is
 // `readonly` except for inputs the kernel updates in place.
+//
+// A paged operand (a tensor larger than one binding: vk_codegen.c defines
+// <op>_PAGES and <op>_SHIFT) is an array of <op>_PAGES bindings, page p
+// holding elements [p << SHIFT, (p + 1) << SHIFT), each from its binding's
+// start (its pc.off is 0). Element i is page i >> SHIFT, index
+// i & ((1 << SHIFT) - 1). With MN_NONUNIFORM (the device indexes
+// descriptor arrays non-uniformly) the page is a nonuniformEXT index; else
+// every access visits the pages in a loop whose counter is the same in all
+// invocations (dynamically uniform) and touches the one that holds i.
+// Kernels whose operands all fit one binding compile exactly as before.
+#ifdef Y_PAGES
+layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY[Y_PAGES];
+#else
 layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY;
+#endif
 #ifdef X0_ACCESS
+#ifdef X0_PAGES
+layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0 { float d[]; } bX0[X0_PAGES];
+#else
 layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0 { float d[]; } bX0;
 #endif
+#endif
 #ifdef X1_ACCESS
+#ifdef X1_PAGES
+layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1 { float d[]; } bX1[X1_PAGES];
+#else
 layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1 { float d[]; } bX1;
 #endif
+#endif
 #ifdef X2_ACCESS
+#ifdef X2_PAGES
+layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2 { float d[]; } bX2[X2_PAGES];
+#else
 layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2 { float d[]; } bX2;
 #endif
+#endif
 #ifdef X3_ACCESS
+#ifdef X3_PAGES
+layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3 { float d[]; } bX3[X3_PAGES];
+#else
 layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3 { float d[]; } bX3;
 #endif
+#endif
 #ifdef X4_ACCESS
+#ifdef X4_PAGES
+layout(std430, set = 0, binding = 5) X4_ACCESS buffer BufX4 { float d[]; } bX4[X4_PAGES];
+#else
 layout(std430, set = 0, binding = 5) X4_ACCESS buffer BufX4 { float d[]; } bX4;
 #endif
+#endif
 #ifdef X5_ACCESS
+#ifdef X5_PAGES
+layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5[X5_PAGES];
+#else
 layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5;
+#endif
 #endif
 
 // off[0]: output, off[1 + i]: input i; in 4-byte elements from the start of
 // the operand's binding (0 unless its offset is not a multiple of
-// minStorageBufferOffsetAlignment).
+// minStorageBufferOffsetAlignment; 0 for a paged operand).
 layout(push_constant) uniform PushConstants { uint off[8]; } pc;
 
+#define MN_PG_MASK(S) ((1u << (S)) - 1u)
+#ifdef MN_NONUNIFORM
+// an element of a paged operand, an lvalue
+#define MN_PG_AT(B, S, i) B[nonuniformEXT(uint(i) >> (S))].d[uint(i) & MN_PG_MASK(S)]
+#define MN_PG_RD(B, S, P, i) MN_PG_AT(B, S, i)
+#define MN_PG_WR(B, S, P, i) MN_PG_AT(B, S, i)
+#else
+// reads: a function per operand (MN_PG_READER); writes: a statement prefix,
+// `Y(i) = v;` becomes a loop over the pages whose body stores v into the
+// page holding i (`if (k != page) {} else ...` so a following `else` stays
+// the template's)
+#define MN_PG_READER(NAME, B, S, P) \
+    float NAME(uint i) { \
+        float v = 0.0; \
+        [[unroll]] for (uint k = 0u; k < uint(P); k++) \
+            if (k == (i >> (S))) v = B[k].d[i & MN_PG_MASK(S)]; \
+        return v; \
+    }
+#define MN_PG_WR(B, S, P, i) \
+    [[unroll]] for (uint mn_pk = 0u, mn_pi = uint(i); mn_pk < uint(P); mn_pk++) \
+        if (mn_pk != (mn_pi >> (S))) {} else B[mn_pk].d[mn_pi & MN_PG_MASK(S)]
+#endif
+
+// Y(i) = v writes the output (Y is write-only: a paged Y without
+// MN_NONUNIFORM is a statement prefix, not an expression); X0(i) .. X5(i)
+// read input i; X2_WR(i) = v, X3_WR(i) = v write an input updated in place.
+#ifndef Y_PAGES
 #define Y(i) bY.d[pc.off[0] + uint(i)]
+#else
+#define Y(i) MN_PG_WR(bY, Y_SHIFT, Y_PAGES, i)
+#endif
+#ifdef X0_ACCESS
+#ifndef X0_PAGES
 #define X0(i) bX0.d[pc.off[1] + uint(i)]
+#define X0_WR(i) X0(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X0, bX0, X0_SHIFT, X0_PAGES)
+#define X0(i) mn_rd_X0(uint(i))
+#else
+#define X0(i) MN_PG_RD(bX0, X0_SHIFT, X0_PAGES, i)
+#endif
+#define X0_WR(i) MN_PG_WR(bX0, X0_SHIFT, X0_PAGES, i)
+#endif
+#endif
+#ifdef X1_ACCESS
+#ifndef X1_PAGES
 #define X1(i) bX1.d[pc.off[2] + uint(i)]
+#define X1_WR(i) X1(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X1, bX1, X1_SHIFT, X1_PAGES)
+#define X1(i) mn_rd_X1(uint(i))
+#else
+#define X1(i) MN_PG_RD(bX1, X1_SHIFT, X1_PAGES, i)
+#endif
+#define X1_WR(i) MN_PG_WR(bX1, X1_SHIFT, X1_PAGES, i)
+#endif
+#endif
+#ifdef X2_ACCESS
+#ifndef X2_PAGES
 #define X2(i) bX2.d[pc.off[3] + uint(i)]
+#define X2_WR(i) X2(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X2, bX2, X2_SHIFT, X2_PAGES)
+#define X2(i) mn_rd_X2(uint(i))
+#else
+#define X2(i) MN_PG_RD(bX2, X2_SHIFT, X2_PAGES, i)
+#endif
+#define X2_WR(i) MN_PG_WR(bX2, X2_SHIFT, X2_PAGES, i)
+#endif
+#endif
+#ifdef X3_ACCESS
+#ifndef X3_PAGES
 #define X3(i) bX3.d[pc.off[4] + uint(i)]
+#define X3_WR(i) X3(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X3, bX3, X3_SHIFT, X3_PAGES)
+#define X3(i) mn_rd_X3(uint(i))
+#else
+#define X3(i) MN_PG_RD(bX3, X3_SHIFT, X3_PAGES, i)
+#endif
+#define X3_WR(i) MN_PG_WR(bX3, X3_SHIFT, X3_PAGES, i)
+#endif
+#endif
+#ifdef X4_ACCESS
+#ifndef X4_PAGES
 #define X4(i) bX4.d[pc.off[5] + uint(i)]
+#define X4_WR(i) X4(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X4, bX4, X4_SHIFT, X4_PAGES)
+#define X4(i) mn_rd_X4(uint(i))
+#else
+#define X4(i) MN_PG_RD(bX4, X4_SHIFT, X4_PAGES, i)
+#endif
+#define X4_WR(i) MN_PG_WR(bX4, X4_SHIFT, X4_PAGES, i)
+#endif
+#endif
+#ifdef X5_ACCESS
+#ifndef X5_PAGES
 #define X5(i) bX5.d[pc.off[6] + uint(i)]
+#define X5_WR(i) X5(i)
+#else
+#ifndef MN_NONUNIFORM
+MN_PG_READER(mn_rd_X5, bX5, X5_SHIFT, X5_PAGES)
+#define X5(i) mn_rd_X5(uint(i))
+#else
+#define X5(i) MN_PG_RD(bX5, X5_SHIFT, X5_PAGES, i)
+#endif
+#define X5_WR(i) MN_PG_WR(bX5, X5_SHIFT, X5_PAGES, i)
+#endif
+#endif
 #define X0I(i) floatBitsToInt(X0(i))
 #define X1I(i) floatBitsToInt(X1(i))
 
