@@ -71,11 +71,26 @@ static mn_session *make_session(const mn_graph *g, mn_backend_kind be, mn_mode m
     return s;
 }
 
+/* Dispatching kernels per step, from the session's kernel plan dump. */
+static long kernel_count(const mn_session *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    long n = -1;
+    if (f && mn_session_dump(s, "kernels", f) == MN_OK) {
+        fflush(f);
+        if (buf && sscanf(buf, "kernels: %ld", &n) != 1) n = -1;
+    }
+    if (f) fclose(f);
+    free(buf);
+    return n;
+}
+
 static void print_memory(const mn_session *s) {
     size_t peak = 0, sum = 0, ar[MN_MEMORY_ARENAS] = {0};
     mn_session_memory(s, &peak, &sum);
     mn_session_memory_arenas(s, ar);
-    printf(", \"peak_bytes\": %zu, \"sum_bytes\": %zu, \"arena_bytes\": [", peak, sum);
+    printf(", \"kernels\": %ld, \"peak_bytes\": %zu, \"sum_bytes\": %zu, \"arena_bytes\": [", kernel_count(s), peak, sum);
     for (int i = 0; i < MN_MEMORY_ARENAS; i++) printf("%s%zu", i ? ", " : "", ar[i]);
     printf("]");
 }

@@ -153,8 +153,10 @@ typedef enum mn_llama_kind {
     MN_LLAMA_FORWARD = 1,
     /* input_ids [B,T] at positions pos..pos+T-1 (pos: an i32 [1] input)
      * over per-layer KV caches of max_seq rows (state tensors, kept between
-     * runs) -> logits [B*T,V]. One graph serves prefill (T prompt tokens per
-     * run) and decoding (the new token, padded to T): mn_llama_decode. */
+     * runs) -> logits [B,V] of the rows last_rows (an i32 [B] input: indices
+     * into the B*T positions; only those rows pass the final norm and the
+     * head). One graph serves prefill (T prompt tokens per run) and decoding
+     * (the new token, padded to T): mn_llama_decode sets all three inputs. */
     MN_LLAMA_DECODE = 2
 } mn_llama_kind;
 
@@ -204,10 +206,11 @@ const mn_llama_options *mn_llama_get_options(const mn_llama *m);
 /* Tensors of the graph (MN_NONE where the kind has none). */
 typedef struct mn_llama_tensors {
     mn_tensor input_ids, targets, pos, rope_cos, rope_sin;
-    mn_tensor hidden; /* the final norm's output [B*T, hidden_size] */
+    mn_tensor hidden; /* the final norm's output [B*T, hidden_size] ([B, hidden_size] for DECODE) */
     mn_tensor logits, loss;
     /* DECODE with decode_step: the one-token branch */
     mn_tensor step_input_ids, step_rope_cos, step_rope_sin, step_logits;
+    mn_tensor last_rows; /* DECODE: i32 [B], the positions the head reads */
 } mn_llama_tensors;
 mn_llama_tensors mn_llama_get_tensors(const mn_llama *m);
 

@@ -122,7 +122,9 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
     k->root = malloc(((size_t)n + 1) * sizeof *k->root);
     if (!k->root) return MN_E_NOMEM;
     for (int32_t i = 0; i < n; i++) k->root[i] = i;
-    k->kernels = s->n;
+    int32_t views = 0; /* reshapes share their input's storage: no kernel */
+    for (int32_t t = 0; t < s->n; t++) views += g->nodes[s->order[t]].op == OP_RESHAPE;
+    k->kernels = s->n - views;
     if (!o || !o->fuse_pointwise || s->n == 0) return MN_OK;
     int32_t *pos = malloc((size_t)n * sizeof *pos), *nuse = calloc((size_t)n, sizeof *nuse),
             *user = malloc((size_t)n * sizeof *user), *writers = calloc((size_t)s->n + 1, sizeof *writers);
@@ -172,7 +174,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             k->fused++;
         }
     }
-    k->kernels = s->n - k->fused;
+    k->kernels = s->n - views - k->fused;
     if (k->fused) {
         st = regroup(k, s->order, s->n);
         if (!st) st = regroup(k, s->fwd, s->nfwd);
@@ -193,8 +195,8 @@ void kir_free(kir *k) {
 }
 
 void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f) {
-    fprintf(f, "kernels: %d dispatching kernels for %d scheduled nodes (%d folded into others)\n", k->kernels, s->n,
-            k->fused);
+    fprintf(f, "kernels: %d dispatching kernels for %d scheduled nodes (%d folded into others, reshapes "
+               "dispatch nothing)\n", k->kernels, s->n, k->fused);
     for (int32_t t = 0; t < s->n; t++) {
         const int32_t id = s->order[t];
         if (k->root[id] != id) continue;

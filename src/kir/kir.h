@@ -38,7 +38,7 @@
 typedef struct kir {
     int32_t *root; /* per graph node: the root of the kernel computing it (itself if it is its own kernel) */
     int32_t n;     /* graph nodes */
-    int32_t kernels; /* dispatching groups in the schedule (roots) */
+    int32_t kernels; /* dispatching kernels per step: roots that are not views (reshape) */
     int32_t fused;   /* nodes folded into another node's kernel */
 } kir;
 

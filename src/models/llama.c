@@ -40,7 +40,7 @@ struct mn_llama {
     mn_hf_param *params;
     int nparams, capparams;
     mn_tensor *caches; /* DECODE: per layer k, v state tensors */
-    float *logits_buf; /* DECODE: B*T*V */
+    int32_t *rows_buf; /* DECODE: B, the last_rows input */
     int32_t *tok_buf;  /* DECODE: B*T */
     hf_str err;
 };
@@ -295,8 +295,11 @@ static mn_status check_config(mn_llama *m) {
 }
 
 /* embedding -> layers -> norm -> head over ids [B,T] (b->T); the decode-step
- * branch (b->reuse) takes the first branch's parameters and caches. */
-static mn_status branch(builder *b, mn_tensor ids, mn_tensor *hidden, mn_tensor *logits) {
+ * branch (b->reuse) takes the first branch's parameters and caches. With
+ * rows (i32 [B], indices into the B*T positions), only those positions go
+ * through the final norm and the head: a prefill needs the logits of each
+ * sequence's last token, not B*T*V of them. */
+static mn_status branch(builder *b, mn_tensor ids, mn_tensor rows, mn_tensor *hidden, mn_tensor *logits) {
     mn_llama *m = b->m;
     const mn_llama_config *c = &m->c;
     const int64_t H = c->hidden_size, V = c->vocab_size;
@@ -310,6 +313,7 @@ static mn_status branch(builder *b, mn_tensor ids, mn_tensor *hidden, mn_tensor 
     for (int l = 0; l < c->num_hidden_layers; l++) TRY(layer(b, &h, l));
     b->layer = -1;
     b->what = "the head";
+    if (rows != MN_NONE) TRY(ok(b, mn_embedding(b->g, &h, h, rows))); /* gather [B,H] */
     TRY(norm(b, hidden, h, "model.norm.weight"));
     mn_tensor head = emb;
     if (!c->tie_word_embeddings) TRY(add_param(b, &head, "lm_head.weight", 2, S(V, H), init));
@@ -321,7 +325,7 @@ static mn_status build(mn_llama *m, mn_graph *g) {
     builder b = {m, g, m->o.batch, m->o.seq_len, m->o.batch * m->o.seq_len, "the inputs", -1, false, 0,
                  MN_NONE, MN_NONE};
     mn_llama_tensors *t = &m->t;
-    const int64_t V = c->vocab_size, Dh = c->head_dim;
+    const int64_t Dh = c->head_dim;
     const bool decode = m->o.kind == MN_LLAMA_DECODE;
     m->tables = m->o.rope_tables || c->rope_scaling != MN_ROPE_SCALING_NONE;
     if (!(m->inv_freq = malloc((size_t)(Dh / 2) * sizeof *m->inv_freq)) ||
@@ -333,7 +337,10 @@ static mn_status build(mn_llama *m, mn_graph *g) {
 
     TRY(ok(&b, mn_graph_input(g, &t->input_ids, "input_ids", MN_I32, 2, S(b.B, b.T))));
     if (m->o.kind == MN_LLAMA_TRAIN) TRY(ok(&b, mn_graph_input(g, &t->targets, "targets", MN_I32, 1, S(b.N))));
-    if (decode) TRY(ok(&b, mn_graph_input(g, &t->pos, "pos", MN_I32, 1, S(1))));
+    if (decode) {
+        TRY(ok(&b, mn_graph_input(g, &t->pos, "pos", MN_I32, 1, S(1))));
+        TRY(ok(&b, mn_graph_input(g, &t->last_rows, "last_rows", MN_I32, 1, S(b.B))));
+    }
     if (m->tables && decode) {
         TRY(ok(&b, mn_graph_input(g, &t->rope_cos, "rope_cos", MN_F32, 2, S(b.T, Dh))));
         TRY(ok(&b, mn_graph_input(g, &t->rope_sin, "rope_sin", MN_F32, 2, S(b.T, Dh))));
@@ -352,7 +359,7 @@ static mn_status build(mn_llama *m, mn_graph *g) {
     }
     b.cos = t->rope_cos;
     b.sin = t->rope_sin;
-    TRY(branch(&b, t->input_ids, &t->hidden, &t->logits));
+    TRY(branch(&b, t->input_ids, decode ? t->last_rows : MN_NONE, &t->hidden, &t->logits));
     TRY(ok(&b, mn_graph_output(g, t->logits, "logits")));
     if (m->o.kind == MN_LLAMA_TRAIN) {
         b.what = "the loss";
@@ -370,13 +377,13 @@ static mn_status build(mn_llama *m, mn_graph *g) {
         }
         d.cos = t->step_rope_cos;
         d.sin = t->step_rope_sin;
-        TRY(branch(&d, t->step_input_ids, &hid, &t->step_logits));
+        TRY(branch(&d, t->step_input_ids, MN_NONE, &hid, &t->step_logits));
         TRY(ok(&d, mn_graph_output(g, t->step_logits, "step.logits")));
     }
     if (decode) {
         m->tok_buf = malloc((size_t)b.N * sizeof *m->tok_buf);
-        m->logits_buf = malloc((size_t)b.N * (size_t)V * sizeof *m->logits_buf);
-        if (!m->tok_buf || !m->logits_buf) {
+        m->rows_buf = malloc((size_t)b.B * sizeof *m->rows_buf);
+        if (!m->tok_buf || !m->rows_buf) {
             set_err(m, "llama: out of memory for the decoding buffers");
             return MN_E_NOMEM;
         }
@@ -389,7 +396,7 @@ mn_status mn_llama_create(mn_llama **out, mn_graph *g, const mn_llama_config *c,
     mn_llama *m = calloc(1, sizeof *m);
     *out = m;
     if (!m) return MN_E_NOMEM;
-    m->t = (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
+    m->t = (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
     mn_status st = MN_OK;
     if (!g || !c) {
         set_err(m, "llama: %s is NULL", g ? "config" : "graph");
@@ -409,7 +416,7 @@ void mn_llama_destroy(mn_llama *m) {
     free(m->params);
     free(m->inv_freq);
     free(m->caches);
-    free(m->logits_buf);
+    free(m->rows_buf);
     free(m->tok_buf);
     hf_str_free(&m->err);
     free(m);
@@ -425,7 +432,7 @@ const mn_llama_options *mn_llama_get_options(const mn_llama *m) { return m ? &m-
 
 mn_llama_tensors mn_llama_get_tensors(const mn_llama *m) {
     if (m) return m->t;
-    return (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
+    return (mn_llama_tensors){MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE, MN_NONE};
 }
 
 int mn_llama_param_count(const mn_llama *m) { return m ? m->nparams : 0; }
@@ -564,18 +571,16 @@ mn_status mn_llama_decode(mn_llama *m, mn_session *s, const int32_t *tokens, int
         for (int64_t t = 0; t < T; t++) m->tok_buf[b * T + t] = t < n ? tokens[b * n + t] : 0;
     TRY(session_call(m, s, mn_session_set_input(s, "input_ids", m->tok_buf, (size_t)(B * T) * sizeof *m->tok_buf),
                      "llama_decode"));
+    for (int64_t b = 0; b < B; b++) m->rows_buf[b] = (int32_t)(b * T + n - 1);
+    TRY(session_call(m, s, mn_session_set_input(s, "last_rows", m->rows_buf, (size_t)B * sizeof *m->rows_buf),
+                     "llama_decode"));
     TRY(mn_llama_set_position(m, s, pos));
     if (m->t.step_logits != MN_NONE) {
         const char *out = "logits";
         TRY(session_call(m, s, mn_session_run_outputs(s, &out, 1), "llama_decode"));
     } else TRY(session_call(m, s, mn_session_run(s), "llama_decode"));
     if (!logits) return MN_OK;
-    TRY(session_call(m, s,
-                     mn_session_output(s, "logits", m->logits_buf, (size_t)(B * T * V) * sizeof *m->logits_buf),
-                     "llama_decode"));
-    for (int64_t b = 0; b < B; b++)
-        memcpy(logits + b * V, m->logits_buf + (b * T + n - 1) * V, (size_t)V * sizeof *logits);
-    return MN_OK;
+    return session_call(m, s, mn_session_output(s, "logits", logits, (size_t)(B * V) * sizeof *logits), "llama_decode");
 }
 
 /* The highest logit, the lowest id on ties; -1 if every logit is NaN. */
