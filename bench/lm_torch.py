@@ -6,11 +6,13 @@
          f32 eager training step (TF32 off, AdamW lr 1e-4, wd 0.01) of the
          architecture of FILE with random weights: median ms and
          torch.cuda.max_memory_allocated (the peak ours is compared with)
-  infer  --model DIR --prefill N --decode M [--compile]
-         f32, batch 1: prefill = one forward pass over N tokens (median ms);
-         decode = model.generate greedy with M new tokens minus the same with 1
-         new token, per token. --compile: static KV cache + torch.compile
-         (default mode), both measured after warm-up
+  infer  --model DIR --prefill N --decode M [--forward F] [--compile]
+         f32, batch 1: prefill = one forward pass over N tokens (median ms),
+         forward = the same over the first F tokens; decode = model.generate
+         greedy with M new tokens minus the same with 1 new token, per token.
+         --compile: static KV cache + torch.compile (fullgraph, default mode;
+         the forward passes also in mode "reduce-overhead"), all measured
+         after warm-up
   export-check --dir DIR --prompt TEXT --tokens K --ours FILE
          loads DIR (our mn_llama_export) with LlamaForCausalLM.from_pretrained,
          generates K tokens greedily, and compares the text with FILE (what
@@ -76,34 +78,52 @@ def infer(a):
     x = torch.randint(3, V, (1, a.prefill), generator=g).cuda()
     kind = "eager"
     orig = m.forward
-    fwd = lambda ids: orig(input_ids=ids, use_cache=False).logits
+    eager = lambda ids: orig(input_ids=ids, use_cache=False).logits
+    fwd, fwd_ro = eager, None
     t0 = time.perf_counter()
     if a.compile:
         kind = "compiled"
-        fwd = torch.compile(fwd)
+        fwd = torch.compile(eager, fullgraph=True)
+        fwd_ro = torch.compile(eager, fullgraph=True, mode="reduce-overhead")
         m.generation_config.cache_implementation = "static"
-        # default mode: "reduce-overhead" (CUDA graphs) fails inside generate
-        # with the static cache in this torch/transformers pair ("accessing
-        # tensor output of CUDAGraphs that has been overwritten")
+        # generate would otherwise compile the decode step itself in
+        # "reduce-overhead" mode (CUDA graphs), which fails in this
+        # torch/transformers pair ("accessing tensor output of CUDAGraphs that
+        # has been overwritten"); compile it ourselves in the default mode
+        m.generation_config.disable_compile = True
         m.forward = torch.compile(m.forward, fullgraph=True)
+    xf = x[:, :a.forward]
 
-    def prefill():
-        with torch.no_grad():
-            fwd(x)
+    def run(f, ids):
+        def go():
+            with torch.no_grad():
+                f(ids)
+        return go
 
     def gen(n):
         with torch.no_grad():
             return m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n,
                               do_sample=False, pad_token_id=0)
 
-    pre = timed(prefill, 3, a.runs)
-    g1 = timed(lambda: gen(1), 2, a.runs)
-    gm = timed(lambda: gen(a.decode), 2, a.runs)
-    print(json.dumps(dict(bench="torch_lm_infer", model=a.model, kind=kind, prefill_tokens=a.prefill,
-                          prefill_ms=round(pre, 3), prefill_tokens_per_s=round(1e3 * a.prefill / pre, 1),
-                          decode_tokens=a.decode, decode_ms_per_token=round((gm - g1) / (a.decode - 1), 4),
-                          decode_tokens_per_s=round(1e3 * (a.decode - 1) / (gm - g1), 1),
-                          setup_s=round(time.perf_counter() - t0, 1))), flush=True)
+    r = dict(bench="torch_lm_infer", model=a.model, kind=kind, prefill_tokens=a.prefill)
+    pre = timed(run(fwd, x), 3, a.runs)
+    r.update(prefill_ms=round(pre, 3), prefill_tokens_per_s=round(1e3 * a.prefill / pre, 1))
+    r.update(forward_tokens=a.forward, forward_ms=round(timed(run(fwd, xf), 3, a.runs), 3))
+    if fwd_ro is not None:
+        try:
+            r.update(prefill_ms_reduce_overhead=round(timed(run(fwd_ro, x), 3, a.runs), 3),
+                     forward_ms_reduce_overhead=round(timed(run(fwd_ro, xf), 3, a.runs), 3))
+        except Exception as e:  # keep the other numbers
+            r.update(reduce_overhead_error=str(e)[:200])
+    try:
+        g1 = timed(lambda: gen(1), 2, a.runs)
+        gm = timed(lambda: gen(a.decode), 2, a.runs)
+        r.update(decode_tokens=a.decode, decode_ms_per_token=round((gm - g1) / (a.decode - 1), 4),
+                 decode_tokens_per_s=round(1e3 * (a.decode - 1) / (gm - g1), 1))
+    except Exception as e:
+        r.update(decode_error=str(e)[:200])
+    r.update(setup_s=round(time.perf_counter() - t0, 1))
+    print(json.dumps(r), flush=True)
 
 
 def export_check(a):
@@ -137,6 +157,7 @@ def main():
     i.add_argument("--model", required=True)
     i.add_argument("--prefill", type=int, default=512)
     i.add_argument("--decode", type=int, default=128)
+    i.add_argument("--forward", type=int, default=128)
     i.add_argument("--runs", type=int, default=5)
     i.add_argument("--compile", action="store_true")
     e = sub.add_parser("export-check")

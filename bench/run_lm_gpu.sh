@@ -47,8 +47,8 @@ fi
 if [ "$part" != a ]; then
   log infer
   "$bin/meganeura_bench_lm" infer --model $smol --prefill 512 --decode 128 --forward 128 --runs 5 >> "$out/ours.jsonl" 2>>"$out/errors.log"
-  python3 bench/lm_torch.py infer --model $smol --prefill 512 --decode 128 >> "$out/torch.jsonl" 2>>"$out/errors.log"
-  python3 bench/lm_torch.py infer --model $smol --prefill 512 --decode 128 --compile >> "$out/torch.jsonl" 2>>"$out/errors.log"
+  python3 bench/lm_torch.py infer --model $smol --prefill 512 --decode 128 --forward 128 >> "$out/torch.jsonl" 2>>"$out/errors.log"
+  python3 bench/lm_torch.py infer --model $smol --prefill 512 --decode 128 --forward 128 --compile >> "$out/torch.jsonl" 2>>"$out/errors.log"
   "$bin/meganeura_bench_lm" infer --model $smol --prefill 512 --decode 128 --forward 128 --runs 5 >> "$out/ours.jsonl" 2>>"$out/errors.log"
 fi
 log done
