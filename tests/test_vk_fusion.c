@@ -1,0 +1,323 @@
+/* test_vk_fusion.c - the kernel-level plan's fusion against the unfused
+ * graph: the same models built and trained on lavapipe with fusion on and
+ * with MEGANEURA_FUSION=0 give the same bits (fused members are computed
+ * with the same expressions, in registers), both match the CPU reference,
+ * and fusion dispatches fewer kernels. Models: a tiny Llama (training steps,
+ * AdamW; and KV-cache decoding, where an in-place cache append sits between
+ * producers and consumers), a conv + batch-norm + residual block (the
+ * composite batch norm is mostly pointwise), and a graph whose intermediate
+ * values are outputs (never folded: the user reads them).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "harness.h"
+#include "llama_util.h"
+
+/* Dispatching kernels of a session (MEGANEURA_DUMP=kernels' first line). */
+static int kernel_count(const mn_session *s, int *folded) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int k = -1, nodes = 0, fo = 0;
+    if (f) {
+        mn_session_dump(s, "kernels", f);
+        fclose(f);
+        if (!buf || sscanf(buf, "kernels: %d dispatching kernels for %d scheduled nodes (%d", &k, &nodes, &fo) != 3)
+            k = -1;
+    }
+    free(buf);
+    if (folded) *folded = fo;
+    return k;
+}
+
+static void set_fusion(bool on) {
+    if (on) unsetenv("MEGANEURA_FUSION");
+    else setenv("MEGANEURA_FUSION", "0", 1);
+}
+
+static bool same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof *a) == 0; }
+
+/* ---- a tiny Llama: training steps ---------------------------------------- */
+
+enum { LB = 2, LT = 16, LSTEPS = 3 };
+
+typedef struct llama_run {
+    float loss[LSTEPS];
+    float *params; /* every parameter after the steps, in creation order */
+    size_t nparams;
+    int kernels, folded;
+} llama_run;
+
+static bool llama_train(llama_run *r, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_llama *m = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    mn_llama_options o = mn_llama_default_options();
+    o.kind = MN_LLAMA_TRAIN;
+    o.batch = LB;
+    o.seq_len = LT;
+    CHECK_OK(mn_llama_create(&m, g, cfg, &o), mn_llama_error(m));
+    mn_optimizer opt = mn_optimizer_default(MN_OPTIM_ADAMW);
+    opt.lr = 3e-3f;
+    if (m && (s = lu_session(g, be, dev, MN_MODE_TRAINING, &opt))) {
+        int32_t ids[LB * LT], labels[LB * LT], targets[LB * LT];
+        for (int i = 0; i < LB * LT; i++) ids[i] = labels[i] = (int32_t)((i * 37 + 11) % cfg->vocab_size);
+        mn_llama_shift_labels(targets, labels, LB, LT);
+        ok = true;
+        for (int st = 0; st < LSTEPS && ok; st++) {
+            ok = mn_session_set_input(s, "input_ids", ids, sizeof ids) == MN_OK &&
+                 mn_session_set_input(s, "targets", targets, sizeof targets) == MN_OK &&
+                 mn_session_step(s) == MN_OK && mn_session_loss(s, &r->loss[st]) == MN_OK;
+            CHECK_MSG(ok, "llama step %d: %s", st, mn_session_error(s));
+        }
+        const int np = mn_llama_param_count(m);
+        const mn_hf_param *p = mn_llama_params(m);
+        for (int i = 0; i < np; i++) {
+            size_t n = 1;
+            for (int d = 0; d < p[i].rank; d++) n *= (size_t)p[i].shape[d];
+            r->nparams += n;
+        }
+        r->params = malloc(r->nparams * sizeof *r->params);
+        size_t at = 0;
+        for (int i = 0; ok && r->params && i < np; i++) {
+            size_t n = 1;
+            for (int d = 0; d < p[i].rank; d++) n *= (size_t)p[i].shape[d];
+            ok = mn_session_get_param(s, p[i].name, r->params + at, n) == MN_OK;
+            at += n;
+        }
+        ok = ok && r->params;
+        r->kernels = kernel_count(s, &r->folded);
+    }
+    mn_session_destroy(s);
+    mn_llama_destroy(m);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_llama_train(const mn_llama_config *cfg, mn_device *dev) {
+    llama_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(llama_train(&cpu, cfg, MN_BACKEND_CPU, NULL));
+    CHECK(llama_train(&fused, cfg, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(llama_train(&plain, cfg, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    if (cpu.params && fused.params && plain.params && fused.nparams == cpu.nparams && plain.nparams == cpu.nparams) {
+        CHECK_MSG(same_bits(fused.loss, plain.loss, LSTEPS), "llama losses: fused %.9g unfused %.9g",
+                  (double)fused.loss[LSTEPS - 1], (double)plain.loss[LSTEPS - 1]);
+        CHECK_MSG(same_bits(fused.params, plain.params, cpu.nparams), "llama parameters differ fused/unfused");
+        for (int i = 0; i < LSTEPS; i++) CHECK_NEAR(fused.loss[i], cpu.loss[i], 1e-5 * fabs(cpu.loss[i]));
+        const double rel = lu_rel_l2(fused.params, cpu.params, cpu.nparams);
+        CHECK_MSG(rel <= 1e-5, "llama parameters after %d steps: rel L2 %.3g vs CPU", LSTEPS, rel);
+        /* the CPU reference never fuses */
+        CHECK(cpu.folded == 0);
+        CHECK(plain.folded == 0);
+        CHECK_MSG(fused.folded > 0 && fused.kernels < plain.kernels, "llama kernels: fused %d unfused %d",
+                  fused.kernels, plain.kernels);
+        printf("llama train step: %d kernels fused, %d unfused (%d nodes folded)\n", fused.kernels, plain.kernels,
+               fused.folded);
+    }
+    free(cpu.params);
+    free(fused.params);
+    free(plain.params);
+}
+
+/* ---- the same Llama decoding over its KV cache ----------------------------- */
+
+enum { DP = 5, DN = 8, DT = 4, DMAX = 32 };
+
+static bool llama_greedy(int32_t *out, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev,
+                         int *kernels) {
+    mn_graph *g = NULL;
+    mn_llama *m = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    mn_llama_options o = mn_llama_default_options();
+    o.kind = MN_LLAMA_DECODE;
+    o.batch = 1;
+    o.seq_len = DT;
+    o.max_seq = DMAX;
+    o.decode_step = true;
+    CHECK_OK(mn_llama_create(&m, g, cfg, &o), mn_llama_error(m));
+    if (m && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        const int32_t prompt[DP] = {3, 141, 59, 265, 35};
+        ok = mn_llama_greedy(m, s, out, prompt, DP, DN) == MN_OK;
+        CHECK_MSG(ok, "greedy: %s", mn_llama_error(m));
+        *kernels = kernel_count(s, NULL);
+    }
+    mn_session_destroy(s);
+    mn_llama_destroy(m);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_llama_decode(const mn_llama_config *cfg, mn_device *dev) {
+    int32_t cpu[DN], fused[DN], plain[DN];
+    int kc = 0, kf = 0, kp = 0;
+    set_fusion(true);
+    CHECK(llama_greedy(cpu, cfg, MN_BACKEND_CPU, NULL, &kc));
+    CHECK(llama_greedy(fused, cfg, MN_BACKEND_VULKAN, dev, &kf));
+    set_fusion(false);
+    CHECK(llama_greedy(plain, cfg, MN_BACKEND_VULKAN, dev, &kp));
+    set_fusion(true);
+    CHECK_MSG(memcmp(fused, plain, sizeof fused) == 0, "decoded tokens differ fused/unfused");
+    CHECK_MSG(memcmp(fused, cpu, sizeof fused) == 0, "decoded tokens differ from the CPU's");
+    CHECK_MSG(kf > 0 && kf < kp, "decode kernels: fused %d unfused %d", kf, kp);
+}
+
+/* ---- conv + batch norm + residual block, SGD ---------------------------------- */
+
+enum { CN = 2, CC = 4, CH = 6, CW = 5, CSTEPS = 2 };
+
+typedef struct conv_run {
+    float loss[CSTEPS], y[CN * CC * CH * CW], w[CC * CC * 9], mean[CC];
+    int kernels, folded;
+} conv_run;
+
+static bool conv_train(conv_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    const int64_t xs[4] = {CN, CC, CH, CW}, ws[4] = {CC, CC, 3, 3}, cs[1] = {CC};
+    mn_tensor x, t, w, gam, bet, rm, rv, c, b, a, res, y, loss;
+    const mn_conv2d_params cp = {{1, 1}, {1, 1}, {0, 0}, 0};
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 4, xs);
+    if (!st) st = mn_graph_input(g, &t, "t", MN_F32, 4, xs);
+    if (!st) st = mn_graph_param(g, &w, "w", 4, ws, (mn_init){MN_INIT_KAIMING_UNIFORM, 0, 0});
+    if (!st) st = mn_graph_param(g, &gam, "gamma", 1, cs, (mn_init){MN_INIT_UNIFORM, 0.5f, 1.5f});
+    if (!st) st = mn_graph_param(g, &bet, "beta", 1, cs, (mn_init){MN_INIT_UNIFORM, -0.5f, 0.5f});
+    if (!st) st = mn_graph_param(g, &rm, "running_mean", 1, cs, (mn_init){MN_INIT_ZEROS, 0, 0});
+    if (!st) st = mn_graph_param(g, &rv, "running_var", 1, cs, (mn_init){MN_INIT_CONSTANT, 1, 0});
+    if (!st) st = mn_conv2d(g, &c, x, w, MN_NONE, &cp);
+    if (!st) st = mn_batch_norm2d(g, &b, c, gam, bet, rm, rv, 0.1f, 1e-5f, true);
+    if (!st) st = mn_relu(g, &a, b);
+    if (!st) st = mn_add(g, &res, a, x);
+    if (!st) st = mn_gelu(g, &y, res);
+    if (!st) st = mn_mse(g, &loss, y, t);
+    if (!st) st = mn_graph_output(g, y, "y");
+    if (!st) st = mn_graph_loss(g, loss);
+    CHECK_OK(st, mn_graph_error(g));
+    mn_optimizer opt = mn_optimizer_default(MN_OPTIM_SGD);
+    opt.lr = 0.05f;
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_TRAINING, &opt))) {
+        float xv[CN * CC * CH * CW], tv[CN * CC * CH * CW];
+        for (int i = 0; i < CN * CC * CH * CW; i++) {
+            xv[i] = (float)((i * 7919) % 97) / 48.0f - 1.0f;
+            tv[i] = (float)((i * 104729) % 89) / 60.0f - 0.5f;
+        }
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "t", tv, sizeof tv) == MN_OK;
+        for (int i = 0; i < CSTEPS && ok; i++)
+            ok = mn_session_step(s) == MN_OK && mn_session_loss(s, &r->loss[i]) == MN_OK;
+        ok = ok && mn_session_output(s, "y", r->y, sizeof r->y) == MN_OK &&
+             mn_session_get_param(s, "w", r->w, CC * CC * 9) == MN_OK &&
+             mn_session_get_param(s, "running_mean", r->mean, CC) == MN_OK;
+        CHECK_MSG(ok, "conv block: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_conv_block(mn_device *dev) {
+    static conv_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(conv_train(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(conv_train(&fused, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(conv_train(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(conv_run, kernels)) == 0, "conv block differs fused/unfused");
+    for (int i = 0; i < CSTEPS; i++) CHECK_NEAR(fused.loss[i], cpu.loss[i], 1e-5 * fabs(cpu.loss[i]));
+    CHECK(lu_rel_l2(fused.y, cpu.y, sizeof cpu.y / sizeof *cpu.y) <= 1e-5);
+    CHECK(lu_rel_l2(fused.w, cpu.w, sizeof cpu.w / sizeof *cpu.w) <= 1e-5);
+    CHECK(lu_rel_l2(fused.mean, cpu.mean, CC) <= 1e-5);
+    CHECK_MSG(fused.folded > 0 && fused.kernels < plain.kernels, "conv block kernels: fused %d unfused %d",
+              fused.kernels, plain.kernels);
+    printf("conv + batch norm block step: %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
+}
+
+/* ---- intermediates the user reads are never folded ----------------------------- */
+
+enum { ON = 3, OD = 37 }; /* 37: not a multiple of any workgroup */
+
+static bool outputs_run(float *prod, float *res, mn_backend_kind be, mn_device *dev, int *folded) {
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    const int64_t sh[2] = {ON, OD}, bs[1] = {OD};
+    mn_tensor x, y, z, bias, p, q, u, v;
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 2, sh);
+    if (!st) st = mn_graph_input(g, &y, "y", MN_F32, 2, sh);
+    if (!st) st = mn_graph_input(g, &z, "z", MN_F32, 2, sh);
+    if (!st) st = mn_graph_input(g, &bias, "bias", MN_F32, 1, bs);
+    if (!st) st = mn_mul(g, &p, x, y);   /* read by the user and by silu */
+    if (!st) st = mn_silu(g, &q, p);     /* foldable into u */
+    if (!st) st = mn_add(g, &u, q, bias); /* broadcast bias */
+    if (!st) st = mn_sub(g, &v, u, z);
+    if (!st) st = mn_graph_output(g, p, "prod");
+    if (!st) st = mn_graph_output(g, v, "res");
+    CHECK_OK(st, mn_graph_error(g));
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        float xv[ON * OD], yv[ON * OD], zv[ON * OD], bv[OD];
+        for (int i = 0; i < ON * OD; i++) {
+            xv[i] = (float)(i % 11) / 3.0f - 1.5f;
+            yv[i] = (float)(i % 7) / 2.0f - 1.0f;
+            zv[i] = (float)(i % 5) / 4.0f;
+        }
+        for (int i = 0; i < OD; i++) bv[i] = (float)i / OD - 0.5f;
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "y", yv, sizeof yv) == MN_OK &&
+             mn_session_set_input(s, "z", zv, sizeof zv) == MN_OK &&
+             mn_session_set_input(s, "bias", bv, sizeof bv) == MN_OK && mn_session_run(s) == MN_OK &&
+             mn_session_output(s, "prod", prod, ON * OD * sizeof *prod) == MN_OK &&
+             mn_session_output(s, "res", res, ON * OD * sizeof *res) == MN_OK;
+        CHECK_MSG(ok, "outputs graph: %s", mn_session_error(s));
+        kernel_count(s, folded);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_outputs_not_folded(mn_device *dev) {
+    float pc[ON * OD], rc[ON * OD], pf[ON * OD], rf[ON * OD];
+    int folded = 0, cf = 0;
+    CHECK(outputs_run(pc, rc, MN_BACKEND_CPU, NULL, &cf));
+    CHECK(outputs_run(pf, rf, MN_BACKEND_VULKAN, dev, &folded));
+    CHECK(lu_rel_l2(pf, pc, ON * OD) <= 1e-6);
+    CHECK(lu_rel_l2(rf, rc, ON * OD) <= 1e-6);
+    /* silu and the bias add fold into the subtraction; the product (an
+     * output) keeps its own kernel */
+    CHECK_MSG(folded == 2, "folded %d nodes, expected 2 (silu, add)", folded);
+}
+
+int main(void) {
+    mn_device *dev = th_require_vulkan();
+    if (dev) {
+        char dir[1024], path[1200], err[256];
+        lu_fixtures(dir, sizeof dir);
+        snprintf(path, sizeof path, "%s/lm/tiny-smol.json", dir);
+        mn_llama_config cfg;
+        mn_status st = mn_llama_config_load(&cfg, path, err, sizeof err);
+        CHECK_OK(st, err);
+        if (!st) {
+            test_llama_train(&cfg, dev);
+            test_llama_decode(&cfg, dev);
+        }
+        test_conv_block(dev);
+        test_outputs_not_folded(dev);
+        mn_device_close(dev);
+    }
+    return th_finish("test_vk_fusion");
+}
