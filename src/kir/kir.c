@@ -9,6 +9,11 @@ bool kir_fusion_enabled(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
+bool kir_fusion_matmul_enabled(void) {
+    const char *e = getenv("MEGANEURA_FUSION");
+    return kir_fusion_enabled() && !(e && strcmp(e, "pointwise") == 0);
+}
+
 bool kir_op_pointwise(op_id op) {
     switch (op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_SCALE: case OP_NEG:
@@ -55,7 +60,21 @@ typedef struct group {
     int32_t ext[KIR_MAX_INPUTS]; /* distinct input tensors of the kernel */
     int8_t next;
     int8_t members; /* the root included */
+    bool matmul;    /* a matmul member: the kernel is that matmul with the rest as its epilogue */
 } group;
+
+/* A matmul may join a pointwise group as its producer when it has the
+ * root's shape exactly (the epilogue runs once per output element, at the
+ * matmul's output index) and the group has no matmul yet. */
+static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
+    const node *n = &g->nodes[m], *r = &g->nodes[root];
+    if (n->op != OP_MATMUL || gr->matmul || n->dtype != MN_F32 || n->rank != r->rank) return false;
+    for (int i = 0; i < 2; i++)
+        if (g->nodes[n->in[i]].dtype != MN_F32) return false;
+    for (int d = 0; d < n->rank; d++)
+        if (n->shape[d] != r->shape[d]) return false;
+    return true;
+}
 
 static bool has(const group *gr, int32_t t) {
     for (int i = 0; i < gr->next; i++)
@@ -151,6 +170,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         const node *nd = &g->nodes[id];
         gr[id].next = 0;
         gr[id].members = 1;
+        gr[id].matmul = false;
         for (int i = 0; i < nd->nin; i++)
             if (!has(&gr[id], nd->in[i]) && gr[id].next < KIR_MAX_INPUTS) gr[id].ext[gr[id].next++] = nd->in[i];
     }
@@ -164,11 +184,13 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             const int32_t m = cn->in[i];
             const node *mn = &g->nodes[m];
             group next;
-            if (pos[m] < 0 || k->root[m] != m || !fusible(g, m)) continue;
+            const bool mm = o->fuse_matmul && matmul_member(g, m, r, &gr[r]);
+            if (pos[m] < 0 || k->root[m] != m || !(mm || fusible(g, m))) continue;
             if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ)) continue;
             if (nuse[m] != 1 || user[m] != c || !broadcasts_to(mn, cn)) continue;
             if (writers[pos[r]] != writers[pos[m] + 1]) continue; /* an in-place write between them */
             if (gr[r].members >= KIR_MAX_MEMBERS || !fold(&next, &gr[r], g, m)) continue;
+            next.matmul = next.matmul || mm;
             gr[r] = next;
             k->root[m] = r;
             k->fused++;

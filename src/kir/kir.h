@@ -9,7 +9,10 @@
  * shape broadcasts to the consumer's is computed inside the root's kernel,
  * for each element of the root, at the index its consumer reads (a member
  * broadcast along a dimension is computed again for each element along it:
- * cheap for pointwise work, and no storage or dispatch). The pass regroups the schedule so that each group's
+ * cheap for pointwise work, and no storage or dispatch). A matmul whose
+ * only consumer is in such a group and whose shape is the root's joins it
+ * too (one per group): the kernel is then the matmul with the group as its
+ * epilogue, applied to each output element before the store. The pass regroups the schedule so that each group's
  * members run contiguously right before their root (a dependency order:
  * members feed only their group), and refuses to move a member past a node
  * that writes a tensor in place (optimizer updates, KV-cache appends).
@@ -44,6 +47,10 @@ typedef struct kir {
 
 typedef struct kir_options {
     bool fuse_pointwise; /* nodes flagged output, loss or read are never folded */
+    /* also fold a matmul into the pointwise group that consumes it (one per
+     * group, with the group root's shape): the group becomes the matmul's
+     * epilogue (bias, activation, residual add, gradient accumulation) */
+    bool fuse_matmul;
 } kir_options;
 
 /* Builds the plan over s and regroups s->order and s->fwd in place (the
@@ -52,8 +59,10 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
 void kir_free(kir *k);
 /* True if node id is folded into another node's kernel. */
 static inline bool kir_is_member(const kir *k, int32_t id) { return k && k->root && k->root[id] != id; }
-/* Whether MEGANEURA_FUSION allows fusing (unset or not "0"). */
+/* Whether MEGANEURA_FUSION allows fusing (unset or not "0"), and matmul
+ * epilogues (also not "pointwise"). */
 bool kir_fusion_enabled(void);
+bool kir_fusion_matmul_enabled(void);
 /* The ops the pointwise pass may fold: elementwise ops and the gathers
  * broadcast and permute (whose input then stays a kernel input). */
 bool kir_op_pointwise(op_id op);

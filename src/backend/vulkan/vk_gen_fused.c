@@ -13,8 +13,13 @@
  * its member reads it (numpy broadcast strides, or a permutation's), one
  * register per distinct (tensor, strides) read.
  *
- * Does not: fuse across shapes (reductions, matmul epilogues), or decide
- * what to fuse (kir.c).
+ * A group with a matmul member (kir.h) is that matmul's kernel
+ * (matmul.glsl, its operands bound first) with the rest of the group as
+ * MM_EPILOGUE(i, acc): the matmul's value `acc` of output element i goes
+ * through the members, in registers, and only the root is stored.
+ *
+ * Does not: fuse across shapes (reductions), or decide what to fuse
+ * (kir.c).
  */
 #include "backend/vulkan/vk_codegen.h"
 #include "kir/kir.h"
@@ -71,6 +76,23 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     int32_t ids[KIR_MAX_MEMBERS];
     for (int j = 0; j < nm; j++) ids[j] = members[j];
     ids[nm] = root;
+    /* a matmul member: the kernel is that matmul (its operands X0, X1) and
+     * the group its epilogue, MM_EPILOGUE(i, acc) at output element i */
+    int mmj = -1;
+    for (int j = 0; j < nm; j++)
+        if (g->nodes[ids[j]].op == OP_MATMUL) mmj = j;
+    if (mmj >= 0) {
+        const node *mn = &g->nodes[ids[mmj]];
+        if ((st = vk_codegen_node(scratch, g, ids[mmj], NULL, caps, err, cap))) goto out;
+        if (!scratch->tmpl || strcmp(scratch->tmpl, "matmul") != 0 || node_numel(mn) != node_numel(rn)) {
+            st = ffail(g, root, err, cap, "a matmul member that is not a GEMM of the root's shape");
+            goto out;
+        }
+        memcpy(k, scratch, sizeof *k);
+        k->expr[0] = 0;
+        ext[0] = mn->in[0], ext[1] = mn->in[1];
+        *next = 2;
+    }
     /* keep[j][d]: member j's coordinate along padded dim d is the root's
      * (else 0: j is broadcast along d on the way to the root) */
     uint8_t keep[KIR_MAX_MEMBERS][4];
@@ -91,6 +113,10 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     for (int j = 0; j <= nm && !st; j++) {
         const node *m = &g->nodes[ids[j]];
         char opnd[3][48] = {"0.0", "0.0", "0.0"};
+        if (j == mmj) { /* its inputs are the GEMM's operands, not reads */
+            bl += (size_t)snprintf(body + bl, 16384 - bl, "    precise float v%d = acc; \\\n", j);
+            continue;
+        }
         for (int s = 0; s < m->nin && !st; s++) {
             const int32_t src = m->in[s];
             int from = -1;
@@ -145,9 +171,12 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
         if (bl >= 16000) st = ffail(g, root, err, cap, "kernel text too long");
     }
     if (!st) {
-        vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(rn));
-        vk_def(k, "NIN", "%d", *next);
-        for (int b = 0; b < *next; b++) {
+        const int first = mmj >= 0 ? 2 : 0; /* the matmul defined its own operands */
+        if (mmj < 0) {
+            vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(rn));
+            vk_def(k, "NIN", "%d", *next);
+        }
+        for (int b = first; b < *next; b++) {
             char nmx[24];
             snprintf(nmx, sizeof nmx, "X%d_ACCESS", b);
             vk_def(k, nmx, "readonly");
@@ -157,10 +186,15 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
         int32_t opnd[1 + KIR_MAX_INPUTS] = {root};
         for (int b = 0; b < *next; b++) opnd[1 + b] = ext[b];
         st = vk_paged_defines(k, g, opnd, 1 + *next, mp, caps, err, cap);
-        vk_line(k, "#define FUSED_BODY(i) \\\n%s    Y(i) = v%d;", body, nm);
-        vk_launch_1d(k, caps, (uint64_t)node_numel(rn), vk_pick_local(caps, 256));
+        if (mmj >= 0) {
+            vk_line(k, "#define MM_EPILOGUE(i, acc) { \\\n%s    Y(i) = v%d; }", body, nm);
+        } else {
+            vk_line(k, "#define FUSED_BODY(i) \\\n%s    Y(i) = v%d;", body, nm);
+            vk_launch_1d(k, caps, (uint64_t)node_numel(rn), vk_pick_local(caps, 256));
+        }
         if (k->overflow) st = ffail(g, root, err, cap, "specialisation text too long");
     }
+out:
     free(scratch);
     free(body);
     return st;

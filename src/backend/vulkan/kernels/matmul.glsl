@@ -31,6 +31,10 @@
 // order from 0 (or the bias), which is the CPU reference's order; padding
 // terms add +0. Splits sum interleaved runs of k and round differently.
 //
+// A fused group (vk_gen_fused.c) defines MM_EPILOGUE(i, acc): the
+// statements that take output element i's value through the group's
+// pointwise members and store the group's result at Y(i) instead.
+//
 // Does not: split K across workgroups (no atomics, no scratch), use
 // cooperative matrices or vector global loads.
 
@@ -239,7 +243,11 @@ void main() {
                     [[unroll]] for (uint j = 0; j < 4; j++) {
                         uint n = n0 + c * LX * 4 + tx * 4 + j;
                         if (MM_EVEN_N == 0 && n >= MM_N) continue;
+#ifdef MM_EPILOGUE
+                        MM_EPILOGUE(mm_c(z, m, n), acc[r * 4 + i][c][j])
+#else
                         Y(mm_c(z, m, n)) = acc[r * 4 + i][c][j];
+#endif
                     }
             }
     }
