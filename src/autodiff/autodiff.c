@@ -451,7 +451,7 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
 }
 
 static const grad_fn grad_table[OP_COUNT] = {
-#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = bwd,
+#define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) [OP_##E] = bwd,
 #include "graph/ops.def"
 #undef MN_OP
 };

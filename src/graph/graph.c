@@ -13,7 +13,7 @@
 #include "io/safetensors.h" /* st_utf8_valid: names must fit a checkpoint header */
 
 const op_info op_table[OP_COUNT] = {
-#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = {#n, lo, hi},
+#define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) [OP_##E] = {#n, lo, hi, fl, wr, FUSE_##fu},
 #include "graph/ops.def"
 #undef MN_OP
 };
@@ -34,8 +34,12 @@ size_t node_bytes(const node *n, size_t real_size) {
 /* Most elements a tensor may have (sources and op results alike). */
 #define GRAPH_MAX_NUMEL ((uint64_t)1 << 40)
 
-bool op_is_source(op_id op) {
-    return op == OP_INPUT || op == OP_PARAM || op == OP_STATE || op == OP_CONST;
+bool op_is_source(op_id op) { return op_has(op, OPF_SOURCE); }
+
+const char *op_fuse_name(op_fuse f) {
+    static const char *const names[FUSE_COUNT] = {"elementwise", "bcast", "reduce", "row",
+                                                  "matmul", "layout", "opaque"};
+    return f >= 0 && f < FUSE_COUNT ? names[f] : "?";
 }
 
 mn_status graph_fail(mn_graph *g, mn_status st, const char *fmt, ...) {

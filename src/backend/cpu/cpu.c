@@ -25,7 +25,7 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 static const char *const cpu_op_names[OP_COUNT] = {
-#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = #nm,
+#define MN_OP(E, nm, lo, hi, bwd, fl, wr, fu) [OP_##E] = #nm,
 #include "graph/ops.def"
 #undef MN_OP
 };

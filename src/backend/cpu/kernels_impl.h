@@ -727,7 +727,7 @@ KN_DEF(sumsq) {
 /* ---- the table ----------------------------------------------------------- */
 
 const cpu_kernel_fn KN_CAT(cpu_kernels, KN_SUFFIX)[OP_COUNT] = {
-#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = KN(nm),
+#define MN_OP(E, nm, lo, hi, bwd, fl, wr, fu) [OP_##E] = KN(nm),
 #include "graph/ops.def"
 #undef MN_OP
 };
