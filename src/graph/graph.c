@@ -5,13 +5,12 @@
  */
 #include "graph/graph.h"
 
-#include "graph/attrs.h"
-
 #include <ctype.h>
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 
+#include "graph/attrs.h"
 #include "io/safetensors.h" /* st_utf8_valid: names must fit a checkpoint header */
 
 const op_info op_table[OP_COUNT] = {
