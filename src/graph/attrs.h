@@ -82,6 +82,7 @@ static inline void ce_attrs_set(node *n, const mn_ce_attrs *a) {
 }
 /* CROSS_ENTROPY_DENSE_BWD: ip[0] = 1: the gradient of the targets, 0: of the logits */
 static inline bool ce_dense_wrt_targets(const node *n) { return n->ip[0] != 0; }
+static inline void ce_dense_wrt_set(node *n, bool targets) { n->ip[0] = targets; }
 
 /* ATTENTION and its helpers: ip[0] = causal, ip[1] = sliding window (0:
  * none), fp[0] = scale; ATTENTION_BWD_KV: ip[2] = wrt (0: k, 1: v) */
