@@ -31,6 +31,7 @@
 #ifndef MN_VK_CODEGEN_H
 #define MN_VK_CODEGEN_H
 
+#include "graph/attrs.h"
 #include "graph/graph.h"
 #include "memplan/memplan.h"
 
