@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "autodiff/autodiff.h"
+#include "graph/attrs.h"
 #include "graph/graph.h"
 #include "harness.h"
 
@@ -90,8 +91,55 @@ static int count_writes(void) {
     return c;
 }
 
+/* Each family's _set(_of(n)) writes back exactly the slots it read: a node
+ * with distinct values in every slot, copied through the struct into a
+ * zeroed node, agrees with the original on the slots the family owns and
+ * leaves the others zero. */
+#define ROUND_TRIP(OP, FAMILY, TYPE, IPMASK, FPMASK)                                                 \
+    do {                                                                                             \
+        node a, b;                                                                                   \
+        memset(&a, 0, sizeof a);                                                                     \
+        memset(&b, 0, sizeof b);                                                                     \
+        a.op = b.op = OP;                                                                            \
+        for (int i = 0; i < NODE_MAX_IP; i++) a.ip[i] = (IPMASK) >> i & 1 ? i + 2 : 0;                 \
+        for (int i = 0; i < NODE_MAX_FP; i++) a.fp[i] = (FPMASK) >> i & 1 ? 0.5 + i : 0;             \
+        const TYPE t = FAMILY##_attrs_of(&a);                                                        \
+        FAMILY##_attrs_set(&b, &t);                                                                  \
+        CHECK_MSG(memcmp(a.ip, b.ip, sizeof a.ip) == 0 && memcmp(a.fp, b.fp, sizeof a.fp) == 0,      \
+                  "%s: %s_attrs_set(%s_attrs_of(n)) is not n", #OP, #FAMILY, #FAMILY);               \
+    } while (0)
+
+static void check_attrs(void) {
+    /* the bool families read a slot as != 0 */
+    node m;
+    memset(&m, 0, sizeof m);
+    m.ip[0] = 1, m.ip[1] = 0;
+    CHECK(matmul_attrs_of(&m).trans_a && !matmul_attrs_of(&m).trans_b);
+    ROUND_TRIP(OP_CONV2D, conv, mn_conv_attrs, 0x7f, 0);
+    ROUND_TRIP(OP_AVGPOOL2D, pool, mn_pool_attrs, 0x7f, 0);
+    ROUND_TRIP(OP_CROSS_ENTROPY, ce, mn_ce_attrs, 0x3, 0x1);
+    ROUND_TRIP(OP_ATTENTION_BWD_KV, attention, mn_attention_attrs, 0x7, 0x1);
+    ROUND_TRIP(OP_ROPE, rope, mn_rope_attrs, 0x3, 0x1);
+    ROUND_TRIP(OP_SLICE, slice, mn_slice_attrs, 0x7, 0);
+    ROUND_TRIP(OP_PAD, pad, mn_pad_attrs, 0xff, 0);
+    ROUND_TRIP(OP_UPSAMPLE_NEAREST2D, upsample, mn_upsample_attrs, 0x3, 0);
+    ROUND_TRIP(OP_EMA_UPDATE, ema, mn_ema_attrs, 0, 0x3);
+    ROUND_TRIP(OP_DROPOUT, dropout, mn_dropout_attrs, 0x3, 0x1);
+    ROUND_TRIP(OP_CLAMP, pw, mn_pw_attrs, 0, 0x3);
+    ROUND_TRIP(OP_POW, pw, mn_pw_attrs, 0, 0x1);
+    ROUND_TRIP(OP_SUM, reduce, mn_reduce_attrs, 0x1, 0);
+    ROUND_TRIP(OP_ADAM_UPDATE, optim, mn_optim_attrs, 0, 0x1f);
+    /* PW_BWD reads the slots of the op in its ip[0] */
+    memset(&m, 0, sizeof m);
+    m.op = OP_PW_BWD;
+    bwd_of_set(&m, OP_CLAMP);
+    pw_attrs_set(&m, &(mn_pw_attrs){.min = -1, .max = 2});
+    CHECK(m.fp[0] == -1 && m.fp[1] == 2 && pw_attrs_of(&m).max == 2 && bwd_of(&m) == OP_CLAMP);
+}
+
 int main(void) {
     for (int op = 0; op < OP_COUNT; op++) check_op((op_id)op);
+    check_attrs();
     /* the pins: a new op that takes one of these properties changes a count here */
     static const struct {
         const char *what;
