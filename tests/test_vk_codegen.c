@@ -40,7 +40,7 @@ static bool owned(op_id op) {
     }
 }
 
-static bool dispatches(op_id op) { return !op_is_source(op) && op != OP_RESHAPE; }
+static bool dispatches(op_id op) { return !op_has(op, OPF_SOURCE | OPF_VIEW); }
 
 static int g_covered[OP_COUNT];
 static shaderc_compiler_t g_cc;

@@ -10,6 +10,8 @@
  */
 #include "autodiff/autodiff.h"
 
+#include "graph/attrs.h"
+
 typedef struct adctx {
     mn_graph *g;
     const uint8_t *needs; /* per node: a gradient must flow into it */
@@ -19,21 +21,32 @@ typedef mn_status (*grad_fn)(adctx *c, const node *n, int32_t y, int32_t dy, int
 
 static bool need(const adctx *c, const node *n, int i) { return c->needs[n->in[i]] != 0; }
 
-/* A backward-helper node with an explicit result shape. */
-static mn_status helper(adctx *c, int32_t *out, op_id op, int nin, const int32_t *in,
-                        const node *shape_of, const int64_t *ip, int nip) {
+/* A backward-helper node with an explicit result shape (shape_of; NULL: the
+ * shape rule's) and the parameters (ip, fp) of params_of (NULL: none). */
+static mn_status helper(adctx *c, int32_t *out, op_id op, int nin, const int32_t *in, const node *shape_of,
+                        const node *params_of) {
     node p;
     memset(&p, 0, sizeof p);
     p.op = op;
     p.nin = nin;
     p.lr_mult = 1.0f;
     for (int i = 0; i < nin; i++) p.in[i] = in[i];
-    for (int i = 0; i < nip; i++) p.ip[i] = ip[i];
+    if (params_of) {
+        memcpy(p.ip, params_of->ip, sizeof p.ip);
+        memcpy(p.fp, params_of->fp, sizeof p.fp);
+    }
     if (shape_of) {
         p.rank = shape_of->rank;
         memcpy(p.shape, shape_of->shape, sizeof p.shape);
     }
     return graph_add(c->g, out, &p);
+}
+
+/* A node that only carries parameters (helper's params_of). */
+static node params_node(void) {
+    node p;
+    memset(&p, 0, sizeof p);
+    return p;
 }
 
 static bool same_shape(const node *a, const node *b) {
@@ -51,13 +64,13 @@ static mn_status unbroadcast(adctx *c, int32_t *out, int32_t t, const node *n, i
         *out = t;
         return MN_OK;
     }
-    return helper(c, out, OP_REDUCE_TO, 1, &t, &target, NULL, 0);
+    return helper(c, out, OP_REDUCE_TO, 1, &t, &target, NULL);
 }
 
 static mn_status grad_matmul(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     mn_graph *g = c->g;
     int32_t a = n->in[0], b = n->in[1], t;
-    bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    const bool ta = matmul_attrs_of(n).trans_a, tb = matmul_attrs_of(n).trans_b;
     mn_status st;
     if (need(c, n, 0)) {
         st = ta ? mn_matmul_ex(g, &t, b, dy, tb, true) : mn_matmul_ex(g, &t, dy, b, false, !tb);
@@ -113,7 +126,7 @@ static mn_status grad_div(adctx *c, const node *n, int32_t y, int32_t dy, int32_
 }
 
 static mn_status grad_scale(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    return mn_scale(c->g, &dx[0], dy, (float)n->fp[0]);
+    return mn_scale(c->g, &dx[0], dy, (float)scale_factor(n));
 }
 
 static mn_status grad_neg(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -122,8 +135,9 @@ static mn_status grad_neg(adctx *c, const node *n, int32_t y, int32_t dy, int32_
 
 static mn_status grad_unary(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[3] = {n->in[0], y, dy};
-    int64_t ip = n->op;
-    return helper(c, &dx[0], OP_UNARY_BWD, 3, in, n, &ip, 1);
+    node q = params_node();
+    bwd_of_set(&q, n->op);
+    return helper(c, &dx[0], OP_UNARY_BWD, 3, in, n, &q);
 }
 
 static mn_status grad_stop(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -135,12 +149,13 @@ static mn_status expand_reduced(adctx *c, int32_t *out, const node *n, int32_t d
     const node x = c->g->nodes[n->in[0]];
     int32_t t = dy;
     mn_status st;
-    if (n->ip[0] != MN_ALL_AXES && !n->ip[1]) {
+    const mn_reduce_attrs a = reduce_attrs_of(n);
+    if (a.axis != MN_ALL_AXES && !a.keepdim) {
         int64_t s[MN_MAX_RANK];
-        for (int i = 0; i < x.rank; i++) s[i] = i == n->ip[0] ? 1 : x.shape[i];
+        for (int i = 0; i < x.rank; i++) s[i] = i == a.axis ? 1 : x.shape[i];
         if ((st = mn_reshape(c->g, &t, dy, x.rank, s))) return st;
     }
-    return helper(c, out, OP_BROADCAST, 1, &t, &x, NULL, 0);
+    return helper(c, out, OP_BROADCAST, 1, &t, &x, NULL);
 }
 
 static mn_status grad_sum(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -149,7 +164,8 @@ static mn_status grad_sum(adctx *c, const node *n, int32_t y, int32_t dy, int32_
 
 static mn_status grad_mean(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node *x = &c->g->nodes[n->in[0]];
-    double count = n->ip[0] == MN_ALL_AXES ? (double)node_numel(x) : (double)x->shape[n->ip[0]];
+    const int64_t axis = reduce_attrs_of(n).axis;
+    double count = axis == MN_ALL_AXES ? (double)node_numel(x) : (double)x->shape[axis];
     int32_t t;
     mn_status st = mn_scale(c->g, &t, dy, (float)(1.0 / count));
     if (st) return st;
@@ -159,17 +175,17 @@ static mn_status grad_mean(adctx *c, const node *n, int32_t y, int32_t dy, int32
 static mn_status grad_max(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[3] = {n->in[0], y, dy};
     const node x = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_MAX_BWD, 3, in, &x, n->ip, 2);
+    return helper(c, &dx[0], OP_MAX_BWD, 3, in, &x, n); /* reduce attrs as MAX */
 }
 
 static mn_status grad_softmax(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[2] = {y, dy};
-    return helper(c, &dx[0], OP_SOFTMAX_BWD, 2, in, n, NULL, 0);
+    return helper(c, &dx[0], OP_SOFTMAX_BWD, 2, in, n, NULL);
 }
 
 static mn_status grad_log_softmax(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[2] = {y, dy};
-    return helper(c, &dx[0], OP_LOG_SOFTMAX_BWD, 2, in, n, NULL, 0);
+    return helper(c, &dx[0], OP_LOG_SOFTMAX_BWD, 2, in, n, NULL);
 }
 
 static mn_status grad_reshape(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -181,7 +197,7 @@ static mn_status grad_reshape(adctx *c, const node *n, int32_t y, int32_t dy, in
 
 static mn_status grad_permute(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int inv[MN_MAX_RANK];
-    for (int i = 0; i < n->rank; i++) inv[n->ip[i]] = i;
+    for (int i = 0; i < n->rank; i++) inv[permute_axis(n, i)] = i;
     return mn_permute(c->g, &dx[0], dy, inv);
 }
 
@@ -191,7 +207,7 @@ static mn_status grad_broadcast(adctx *c, const node *n, int32_t y, int32_t dy, 
 
 static mn_status grad_reduce_to(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node x = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_BROADCAST, 1, &dy, &x, NULL, 0);
+    return helper(c, &dx[0], OP_BROADCAST, 1, &dy, &x, NULL);
 }
 
 /* With ignore_index the mean is over the rows not ignored: their count (a
@@ -199,12 +215,15 @@ static mn_status grad_reduce_to(adctx *c, const node *n, int32_t y, int32_t dy, 
 static mn_status grad_cross_entropy(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[4] = {n->in[0], n->in[1], dy, MN_NONE};
     const node lg = c->g->nodes[n->in[0]];
+    const mn_ce_attrs a = ce_attrs_of(n);
     mn_status st;
-    if (n->ip[0] && (st = helper(c, &in[3], OP_CE_COUNT, 1, &n->in[1], NULL, n->ip, 2))) return st;
+    node q = params_node();
+    ce_attrs_set(&q, &(mn_ce_attrs){a.use_ignore, a.ignore_index, 0.0});
+    if (a.use_ignore && (st = helper(c, &in[3], OP_CE_COUNT, 1, &n->in[1], NULL, &q))) return st;
     node p;
     memset(&p, 0, sizeof p);
     p.op = OP_CROSS_ENTROPY_BWD;
-    p.nin = n->ip[0] ? 4 : 3;
+    p.nin = a.use_ignore ? 4 : 3;
     p.lr_mult = 1.0f;
     memcpy(p.in, in, sizeof in);
     memcpy(p.ip, n->ip, sizeof p.ip);
@@ -218,9 +237,11 @@ static mn_status grad_cross_entropy_dense(adctx *c, const node *n, int32_t y, in
     int32_t in[3] = {n->in[0], n->in[1], dy};
     const node lg = c->g->nodes[n->in[0]];
     mn_status st;
-    for (int64_t i = 0; i < 2; i++)
-        if (need(c, n, (int)i) && (st = helper(c, &dx[i], OP_CROSS_ENTROPY_DENSE_BWD, 3, in, &lg, &i, 1)))
-            return st;
+    for (int i = 0; i < 2; i++) {
+        node q = params_node();
+        ce_dense_wrt_set(&q, i == 1);
+        if (need(c, n, i) && (st = helper(c, &dx[i], OP_CROSS_ENTROPY_DENSE_BWD, 3, in, &lg, &q))) return st;
+    }
     return MN_OK;
 }
 
@@ -241,11 +262,11 @@ static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int
     mn_status st;
     if (need(c, n, 0)) {
         int32_t in[2] = {dy, n->in[1]};
-        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n))) return st;
     }
     if (need(c, n, 1)) {
         int32_t in[2] = {n->in[0], dy};
-        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n))) return st;
     }
     if (n->nin == 3 && need(c, n, 2)) {
         node b4 = w;
@@ -253,7 +274,7 @@ static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int
         int32_t t;
         b4.rank = 4;
         b4.shape[0] = 1, b4.shape[1] = o, b4.shape[2] = 1, b4.shape[3] = 1;
-        if ((st = helper(c, &t, OP_REDUCE_TO, 1, &dy, &b4, NULL, 0))) return st;
+        if ((st = helper(c, &t, OP_REDUCE_TO, 1, &dy, &b4, NULL))) return st;
         if ((st = mn_reshape(c->g, &dx[2], t, 1, &o))) return st;
     }
     return MN_OK;
@@ -262,7 +283,7 @@ static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int
 static mn_status grad_maxpool2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[2] = {n->in[0], dy};
     const node x = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_MAXPOOL2D_BWD, 2, in, &x, n->ip, 6);
+    return helper(c, &dx[0], OP_MAXPOOL2D_BWD, 2, in, &x, n);
 }
 
 /* ---- parameterised pointwise ops: abs, clamp, pow, where, dropout ---- */
@@ -275,8 +296,9 @@ static mn_status grad_pw(adctx *c, const node *n, int32_t y, int32_t dy, int32_t
     p.nin = 2;
     p.in[0] = n->in[0];
     p.in[1] = dy;
-    p.ip[0] = n->op;
-    memcpy(p.fp, n->fp, sizeof p.fp);
+    bwd_of_set(&p, n->op);
+    const mn_pw_attrs a = pw_attrs_of(n);
+    pw_attrs_set(&p, &a); /* the forward's parameters */
     p.lr_mult = 1.0f;
     return graph_add(c->g, &dx[0], &p);
 }
@@ -317,50 +339,33 @@ static mn_status grad_conv2d_bwd_input(adctx *c, const node *n, int32_t y, int32
     mn_status st;
     if (need(c, n, 0)) {
         int32_t in[2] = {dy, n->in[1]};
-        if ((st = helper(c, &dx[0], OP_CONV2D, 2, in, NULL, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[0], OP_CONV2D, 2, in, NULL, n))) return st;
     }
     if (need(c, n, 1)) {
         int32_t in[2] = {dy, n->in[0]};
-        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n))) return st;
     }
     return MN_OK;
 }
 
 /* ---- transformer family ---------------------------------------------------- */
 
-/* A helper node with inputs, ip and fp copied from a forward node's
- * conventions and an explicit result shape. */
-static mn_status helper_fp(adctx *c, int32_t *out, op_id op, int nin, const int32_t *in, const node *shape_of,
-                           const node *params_of) {
-    node p;
-    memset(&p, 0, sizeof p);
-    p.op = op;
-    p.nin = nin;
-    p.lr_mult = 1.0f;
-    for (int i = 0; i < nin; i++) p.in[i] = in[i];
-    memcpy(p.ip, params_of->ip, sizeof p.ip);
-    memcpy(p.fp, params_of->fp, sizeof p.fp);
-    if (shape_of) {
-        p.rank = shape_of->rank;
-        memcpy(p.shape, shape_of->shape, sizeof p.shape);
-    }
-    return graph_add(c->g, out, &p);
-}
-
 /* dtable = per-row sums of dy over the positions holding the row's id. */
 static mn_status grad_embedding(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     int32_t in[2] = {n->in[1], dy};
     const node t = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_EMBEDDING_BWD, 2, in, &t, NULL, 0);
+    return helper(c, &dx[0], OP_EMBEDDING_BWD, 2, in, &t, NULL);
 }
 
 /* A rotation's gradient is the rotation by the negative angle: the same op
  * with the inverse flag flipped (so it is itself differentiable). */
 static mn_status grad_rope(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     node p = *n;
-    p.ip[1] = !n->ip[1];
+    mn_rope_attrs a = rope_attrs_of(n);
+    a.inverse = !a.inverse;
+    rope_attrs_set(&p, &a);
     int32_t in[2] = {dy, n->nin > 1 ? n->in[1] : MN_NONE};
-    return helper_fp(c, &dx[0], OP_ROPE, n->nin, in, n, &p);
+    return helper(c, &dx[0], OP_ROPE, n->nin, in, n, &p);
 }
 
 /* Flash-attention backward: the row log-sum-exp is recomputed (one online
@@ -372,17 +377,19 @@ static mn_status grad_attention(adctx *c, const node *n, int32_t y, int32_t dy, 
     const node q = c->g->nodes[n->in[0]], k = c->g->nodes[n->in[1]];
     int32_t lse, prep;
     mn_status st;
-    if ((st = helper_fp(c, &lse, OP_ATTENTION_LSE, n->nin, n->in, NULL, n))) return st;
+    if ((st = helper(c, &lse, OP_ATTENTION_LSE, n->nin, n->in, NULL, n))) return st;
     int32_t pin[3] = {y, dy, lse};
-    if ((st = helper_fp(c, &prep, OP_ATTENTION_BWD_PREP, 3, pin, NULL, n))) return st;
+    if ((st = helper(c, &prep, OP_ATTENTION_BWD_PREP, 3, pin, NULL, n))) return st;
     int32_t in[6] = {n->in[0], n->in[1], n->in[2], dy, prep, has_pos ? n->in[3] : MN_NONE};
     const int nin = has_pos ? 6 : 5;
-    if (need(c, n, 0) && (st = helper_fp(c, &dx[0], OP_ATTENTION_BWD_Q, nin, in, &q, n))) return st;
+    if (need(c, n, 0) && (st = helper(c, &dx[0], OP_ATTENTION_BWD_Q, nin, in, &q, n))) return st;
     for (int which = 0; which < 2; which++) {
         if (!need(c, n, 1 + which)) continue;
         node p = *n;
-        p.ip[2] = which; /* 0: dk, 1: dv */
-        if ((st = helper_fp(c, &dx[1 + which], OP_ATTENTION_BWD_KV, nin, in, &k, &p))) return st;
+        mn_attention_attrs a = attention_attrs_of(n);
+        a.wrt = which; /* 0: dk, 1: dv */
+        attention_attrs_set(&p, &a);
+        if ((st = helper(c, &dx[1 + which], OP_ATTENTION_BWD_KV, nin, in, &k, &p))) return st;
     }
     return MN_OK;
 }
@@ -395,11 +402,11 @@ static mn_status grad_conv2d_bwd_weight(adctx *c, const node *n, int32_t y, int3
     mn_status st;
     if (need(c, n, 0)) {
         int32_t in[2] = {n->in[1], dy};
-        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n))) return st;
     }
     if (need(c, n, 1)) {
         int32_t in[2] = {n->in[0], dy};
-        if ((st = helper(c, &dx[1], OP_CONV2D, 2, in, NULL, n->ip, 7))) return st;
+        if ((st = helper(c, &dx[1], OP_CONV2D, 2, in, NULL, n))) return st;
     }
     return MN_OK;
 }
@@ -408,9 +415,9 @@ static mn_status grad_conv2d_bwd_weight(adctx *c, const node *n, int32_t y, int3
 static mn_status grad_slice(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node *x = &c->g->nodes[n->in[0]];
     int64_t before[MN_MAX_RANK] = {0}, after[MN_MAX_RANK] = {0};
-    const int64_t a = n->ip[0];
-    before[a] = n->ip[1];
-    after[a] = x->shape[a] - n->ip[1] - n->ip[2];
+    const mn_slice_attrs s = slice_attrs_of(n);
+    before[s.axis] = s.start;
+    after[s.axis] = x->shape[s.axis] - s.start - s.length;
     return mn_pad(c->g, &dx[0], dy, before, after);
 }
 
@@ -418,16 +425,17 @@ static mn_status grad_slice(adctx *c, const node *n, int32_t y, int32_t dy, int3
 static mn_status grad_pad(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node x = c->g->nodes[n->in[0]];
     int32_t t = dy;
+    const mn_pad_attrs p = pad_attrs_of(n);
     mn_status st;
     for (int i = 0; i < x.rank; i++)
-        if ((n->ip[i] || n->ip[4 + i]) && (st = mn_slice(c->g, &t, t, i, n->ip[i], x.shape[i]))) return st;
+        if ((p.before[i] || p.after[i]) && (st = mn_slice(c->g, &t, t, i, p.before[i], x.shape[i]))) return st;
     dx[0] = t;
     return MN_OK;
 }
 
 /* Each input gets its part of dy. */
 static mn_status grad_concat(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    const int64_t a = n->ip[0];
+    const int64_t a = concat_axis(n);
     int64_t off = 0;
     mn_status st;
     for (int k = 0; k < n->nin; k++) {
@@ -440,18 +448,20 @@ static mn_status grad_concat(adctx *c, const node *n, int32_t y, int32_t dy, int
 
 static mn_status grad_avgpool2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node x = c->g->nodes[n->in[0]];
-    return helper(c, &dx[0], OP_AVGPOOL2D_BWD, 1, &dy, &x, n->ip, 7);
+    return helper(c, &dx[0], OP_AVGPOOL2D_BWD, 1, &dy, &x, n);
 }
 
 /* Each input cell was copied into a scale_h x scale_w block: its gradient is
  * the block's sum, a sum pooling with kernel = stride = the scale. */
 static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    const int64_t ip[7] = {n->ip[0], n->ip[1], n->ip[0], n->ip[1], 0, 0, 2};
-    return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, ip, 7);
+    const mn_upsample_attrs u = upsample_attrs_of(n);
+    node q = params_node();
+    pool_attrs_set(&q, &(mn_pool_attrs){{u.scale[0], u.scale[1]}, {u.scale[0], u.scale[1]}, {0, 0}, POOL_DIV_NONE});
+    return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, &q);
 }
 
 static const grad_fn grad_table[OP_COUNT] = {
-#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = bwd,
+#define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) [OP_##E] = bwd,
 #include "graph/ops.def"
 #undef MN_OP
 };

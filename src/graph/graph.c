@@ -10,10 +10,11 @@
 #include <math.h>
 #include <stdatomic.h>
 
+#include "graph/attrs.h"
 #include "io/safetensors.h" /* st_utf8_valid: names must fit a checkpoint header */
 
 const op_info op_table[OP_COUNT] = {
-#define MN_OP(E, n, lo, hi, bwd) [OP_##E] = {#n, lo, hi},
+#define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) [OP_##E] = {#n, lo, hi, fl, wr, FUSE_##fu},
 #include "graph/ops.def"
 #undef MN_OP
 };
@@ -34,8 +35,12 @@ size_t node_bytes(const node *n, size_t real_size) {
 /* Most elements a tensor may have (sources and op results alike). */
 #define GRAPH_MAX_NUMEL ((uint64_t)1 << 40)
 
-bool op_is_source(op_id op) {
-    return op == OP_INPUT || op == OP_PARAM || op == OP_STATE || op == OP_CONST;
+bool op_is_source(op_id op) { return op_has(op, OPF_SOURCE); }
+
+const char *op_fuse_name(op_fuse f) {
+    static const char *const names[FUSE_COUNT] = {"elementwise", "bcast", "reduce", "row",
+                                                  "matmul", "layout", "opaque"};
+    return f >= 0 && f < FUSE_COUNT ? names[f] : "?";
 }
 
 mn_status graph_fail(mn_graph *g, mn_status st, const char *fmt, ...) {
@@ -517,6 +522,115 @@ nomem:
 
 /* ---- dump ---------------------------------------------------------------- */
 
+/* The op's parameters, only where the op has them (graph_dump_node). */
+static void dump_attrs(const node *n, FILE *f) {
+    switch (n->op) {
+    case OP_MATMUL: {
+        const mn_matmul_attrs a = matmul_attrs_of(n);
+        if (a.trans_a || a.trans_b) fprintf(f, " trans=%d,%d", a.trans_a, a.trans_b);
+        break;
+    }
+    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_MAX_BWD: {
+        const mn_reduce_attrs a = reduce_attrs_of(n);
+        if (a.axis == MN_ALL_AXES) fprintf(f, " axis=all");
+        else fprintf(f, " axis=%lld keepdim=%d", (long long)a.axis, a.keepdim);
+        break;
+    }
+    case OP_PERMUTE:
+        fprintf(f, " perm=");
+        for (int i = 0; i < n->rank; i++) fprintf(f, i ? ",%lld" : "%lld", (long long)permute_axis(n, i));
+        break;
+    case OP_SCALE: fprintf(f, " %.9g", scale_factor(n)); break;
+    case OP_CLIP_COEF: fprintf(f, " %.9g", clip_norm(n)); break;
+    case OP_CONV2D: case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT: {
+        const mn_conv_attrs a = conv_attrs_of(n);
+        fprintf(f, " stride=%lld,%lld pad=%lld,%lld dilation=%lld,%lld groups=%lld", (long long)a.stride[0],
+                (long long)a.stride[1], (long long)a.pad[0], (long long)a.pad[1], (long long)a.dilation[0],
+                (long long)a.dilation[1], (long long)a.groups);
+        break;
+    }
+    case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD: case OP_AVGPOOL2D: case OP_AVGPOOL2D_BWD: {
+        static const char *div[] = {"valid", "area", "none"};
+        const mn_pool_attrs a = pool_attrs_of(n);
+        fprintf(f, " kernel=%lld,%lld stride=%lld,%lld pad=%lld,%lld", (long long)a.kernel[0], (long long)a.kernel[1],
+                (long long)a.stride[0], (long long)a.stride[1], (long long)a.pad[0], (long long)a.pad[1]);
+        if (n->op == OP_AVGPOOL2D || n->op == OP_AVGPOOL2D_BWD)
+            fprintf(f, " divisor=%s", a.divisor >= 0 && a.divisor <= 2 ? div[a.divisor] : "?");
+        break;
+    }
+    case OP_UNARY_BWD: fprintf(f, " of=%s", op_table[bwd_of(n)].name); break;
+    case OP_SLICE: {
+        const mn_slice_attrs a = slice_attrs_of(n);
+        fprintf(f, " axis=%lld start=%lld length=%lld", (long long)a.axis, (long long)a.start, (long long)a.length);
+        break;
+    }
+    case OP_PAD: {
+        const mn_pad_attrs a = pad_attrs_of(n);
+        fprintf(f, " pad=");
+        for (int i = 0; i < n->rank; i++)
+            fprintf(f, i ? ",%lld:%lld" : "%lld:%lld", (long long)a.before[i], (long long)a.after[i]);
+        break;
+    }
+    case OP_CONCAT: fprintf(f, " axis=%lld", (long long)concat_axis(n)); break;
+    case OP_UPSAMPLE_NEAREST2D: {
+        const mn_upsample_attrs a = upsample_attrs_of(n);
+        fprintf(f, " scale=%lld,%lld", (long long)a.scale[0], (long long)a.scale[1]);
+        break;
+    }
+    case OP_EMA_UPDATE: {
+        const mn_ema_attrs a = ema_attrs_of(n);
+        fprintf(f, " momentum=%.9g scale=%.9g", a.momentum, a.scale);
+        break;
+    }
+    case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", ce_dense_wrt_targets(n) ? "targets" : "logits"); break;
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
+        const mn_ce_attrs a = ce_attrs_of(n);
+        if (a.use_ignore) fprintf(f, " ignore_index=%lld", (long long)a.ignore_index);
+        if (a.smoothing != 0) fprintf(f, " smoothing=%.9g", a.smoothing);
+        break;
+    }
+    case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)ce_attrs_of(n).ignore_index); break;
+    case OP_CLAMP: case OP_POW: case OP_PW_BWD: {
+        const op_id of = n->op == OP_PW_BWD ? bwd_of(n) : n->op;
+        const mn_pw_attrs a = pw_attrs_of(n);
+        if (n->op == OP_PW_BWD) fprintf(f, " of=%s", op_table[of].name);
+        if (of == OP_CLAMP) fprintf(f, " min=%.9g max=%.9g", a.min, a.max);
+        if (of == OP_POW) fprintf(f, " p=%.9g", a.exponent);
+        break;
+    }
+    case OP_DROPOUT: {
+        const mn_dropout_attrs a = dropout_attrs_of(n);
+        fprintf(f, " p=%.9g seed=%llu", a.p, (unsigned long long)a.seed);
+        break;
+    }
+    case OP_SGD_UPDATE: {
+        const mn_optim_attrs a = optim_attrs_of(n);
+        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%d%s", a.lr_mult, a.beta1, a.weight_decay, a.variant,
+                a.gated ? " skip_nonfinite" : "");
+        break;
+    }
+    case OP_ADAM_UPDATE: {
+        const mn_optim_attrs a = optim_attrs_of(n);
+        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%d%s", a.lr_mult, a.beta1, a.beta2,
+                a.eps, a.weight_decay, a.variant, a.gated ? " skip_nonfinite" : "");
+        break;
+    }
+    case OP_STEP_GATE: fprintf(f, " clip=%.9g", clip_norm(n)); break;
+    case OP_ROPE: {
+        const mn_rope_attrs a = rope_attrs_of(n);
+        fprintf(f, " theta=%.9g offset=%lld%s", a.theta, (long long)a.offset, a.inverse ? " inverse" : "");
+        break;
+    }
+    case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV: {
+        const mn_attention_attrs a = attention_attrs_of(n);
+        fprintf(f, " causal=%lld window=%lld scale=%.9g", (long long)a.causal, (long long)a.window, a.scale);
+        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", a.wrt ? "v" : "k");
+        break;
+    }
+    default: break;
+    }
+}
+
 void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
     const node *n = &g->nodes[id];
     char sb[96];
@@ -528,86 +642,7 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
     }
     fprintf(f, " : %s%s", mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape));
     if (n->name) fprintf(f, " \"%s\"", n->name);
-    /* op parameters, only where the op has them */
-    switch (n->op) {
-    case OP_MATMUL:
-        if (n->ip[0] || n->ip[1]) fprintf(f, " trans=%lld,%lld", (long long)n->ip[0], (long long)n->ip[1]);
-        break;
-    case OP_SUM: case OP_MEAN: case OP_MAX: case OP_MAX_BWD:
-        if (n->ip[0] == MN_ALL_AXES) fprintf(f, " axis=all");
-        else fprintf(f, " axis=%lld keepdim=%lld", (long long)n->ip[0], (long long)n->ip[1]);
-        break;
-    case OP_PERMUTE:
-        fprintf(f, " perm=");
-        for (int i = 0; i < n->rank; i++) fprintf(f, i ? ",%lld" : "%lld", (long long)n->ip[i]);
-        break;
-    case OP_SCALE: case OP_CLIP_COEF: fprintf(f, " %.9g", n->fp[0]); break;
-    case OP_CONV2D: case OP_CONV2D_BWD_INPUT: case OP_CONV2D_BWD_WEIGHT:
-        fprintf(f, " stride=%lld,%lld pad=%lld,%lld dilation=%lld,%lld groups=%lld",
-                (long long)n->ip[0], (long long)n->ip[1], (long long)n->ip[2], (long long)n->ip[3],
-                (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[6]);
-        break;
-    case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD:
-        fprintf(f, " kernel=%lld,%lld stride=%lld,%lld pad=%lld,%lld", (long long)n->ip[0],
-                (long long)n->ip[1], (long long)n->ip[2], (long long)n->ip[3], (long long)n->ip[4],
-                (long long)n->ip[5]);
-        break;
-    case OP_UNARY_BWD: fprintf(f, " of=%s", op_table[n->ip[0]].name); break;
-    case OP_SLICE:
-        fprintf(f, " axis=%lld start=%lld length=%lld", (long long)n->ip[0], (long long)n->ip[1], (long long)n->ip[2]);
-        break;
-    case OP_PAD:
-        fprintf(f, " pad=");
-        for (int i = 0; i < n->rank; i++)
-            fprintf(f, i ? ",%lld:%lld" : "%lld:%lld", (long long)n->ip[i], (long long)n->ip[4 + i]);
-        break;
-    case OP_CONCAT: fprintf(f, " axis=%lld", (long long)n->ip[0]); break;
-    case OP_AVGPOOL2D: case OP_AVGPOOL2D_BWD: {
-        static const char *div[] = {"valid", "area", "none"};
-        fprintf(f, " kernel=%lld,%lld stride=%lld,%lld pad=%lld,%lld divisor=%s", (long long)n->ip[0],
-                (long long)n->ip[1], (long long)n->ip[2], (long long)n->ip[3], (long long)n->ip[4],
-                (long long)n->ip[5], n->ip[6] >= 0 && n->ip[6] <= 2 ? div[n->ip[6]] : "?");
-        break;
-    }
-    case OP_UPSAMPLE_NEAREST2D: fprintf(f, " scale=%lld,%lld", (long long)n->ip[0], (long long)n->ip[1]); break;
-    case OP_EMA_UPDATE: fprintf(f, " momentum=%.9g scale=%.9g", n->fp[0], n->fp[1]); break;
-    case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", n->ip[0] ? "targets" : "logits"); break;
-    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD:
-        if (n->ip[0]) fprintf(f, " ignore_index=%lld", (long long)n->ip[1]);
-        if (n->fp[0] != 0) fprintf(f, " smoothing=%.9g", n->fp[0]);
-        break;
-    case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)n->ip[1]); break;
-    case OP_CLAMP: fprintf(f, " min=%.9g max=%.9g", n->fp[0], n->fp[1]); break;
-    case OP_POW: fprintf(f, " p=%.9g", n->fp[0]); break;
-    case OP_DROPOUT: {
-        uint64_t seed;
-        memcpy(&seed, &n->ip[0], sizeof seed);
-        fprintf(f, " p=%.9g seed=%llu", n->fp[0], (unsigned long long)seed);
-        break;
-    }
-    case OP_PW_BWD:
-        fprintf(f, " of=%s", op_table[n->ip[0]].name);
-        if (n->ip[0] == OP_CLAMP) fprintf(f, " min=%.9g max=%.9g", n->fp[0], n->fp[1]);
-        if (n->ip[0] == OP_POW) fprintf(f, " p=%.9g", n->fp[0]);
-        break;
-    case OP_SGD_UPDATE:
-        fprintf(f, " lr_mult=%.9g momentum=%.9g wd=%.9g nesterov=%lld%s", n->fp[0], n->fp[1], n->fp[4],
-                (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
-        break;
-    case OP_ADAM_UPDATE:
-        fprintf(f, " lr_mult=%.9g betas=%.9g,%.9g eps=%.9g wd=%.9g decoupled=%lld%s", n->fp[0],
-                n->fp[1], n->fp[2], n->fp[3], n->fp[4], (long long)n->ip[0], n->ip[1] ? " skip_nonfinite" : "");
-        break;
-    case OP_STEP_GATE: fprintf(f, " clip=%.9g", n->fp[0]); break;
-    case OP_ROPE:
-        fprintf(f, " theta=%.9g offset=%lld%s", n->fp[0], (long long)n->ip[0], n->ip[1] ? " inverse" : "");
-        break;
-    case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV:
-        fprintf(f, " causal=%lld window=%lld scale=%.9g", (long long)n->ip[0], (long long)n->ip[1], n->fp[0]);
-        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", n->ip[2] ? "v" : "k");
-        break;
-    default: break;
-    }
+    dump_attrs(n, f);
     if (n->op == OP_PARAM) {
         static const char *kinds[] = {"zeros", "constant", "uniform", "normal", "xavier_uniform",
                                       "xavier_normal", "kaiming_uniform", "kaiming_normal"};
@@ -651,8 +686,7 @@ mn_status mn_matmul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) {
 mn_status mn_matmul_ex(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b, bool ta, bool tb) {
     mn_tensor in[2] = {a, b};
     node p = proto_op(OP_MATMUL, 2, in);
-    p.ip[0] = ta;
-    p.ip[1] = tb;
+    matmul_attrs_set(&p, &(mn_matmul_attrs){ta, tb});
     return add_op(g, out, &p);
 }
 mn_status mn_add(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_ADD, a, b); }
@@ -661,7 +695,7 @@ mn_status mn_mul(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return
 mn_status mn_div(mn_graph *g, mn_tensor *out, mn_tensor a, mn_tensor b) { return binary(g, out, OP_DIV, a, b); }
 mn_status mn_scale(mn_graph *g, mn_tensor *out, mn_tensor x, float s) {
     node p = proto_op(OP_SCALE, 1, &x);
-    p.fp[0] = s;
+    scale_factor_set(&p, s);
     return add_op(g, out, &p);
 }
 mn_status mn_neg(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_NEG, x); }
@@ -681,8 +715,7 @@ mn_status mn_log_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unar
 
 static mn_status reduce(mn_graph *g, mn_tensor *out, op_id op, mn_tensor x, int axis, bool keepdim) {
     node p = proto_op(op, 1, &x);
-    p.ip[0] = axis; /* normalised by the shape rule */
-    p.ip[1] = keepdim;
+    reduce_attrs_set(&p, &(mn_reduce_attrs){axis, keepdim}); /* axis normalised by the shape rule */
     return add_op(g, out, &p);
 }
 mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim) { return reduce(g, out, OP_SUM, x, axis, keepdim); }
@@ -705,7 +738,7 @@ mn_status mn_permute(mn_graph *g, mn_tensor *out, mn_tensor x, const int *perm) 
     if (!perm) return graph_fail(g, MN_E_INVALID, "permute: perm is NULL");
     int32_t xi = graph_decode(g, x);
     if (xi >= 0)
-        for (int i = 0; i < g->nodes[xi].rank; i++) p.ip[i] = perm[i];
+        for (int i = 0; i < g->nodes[xi].rank; i++) permute_axis_set(&p, i, perm[i]);
     return add_op(g, out, &p);
 }
 
@@ -746,26 +779,28 @@ mn_status mn_conv2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, mn_te
     node p = proto_op(OP_CONV2D, bias == MN_NONE ? 2 : 3, in);
     mn_conv2d_params d = {{1, 1}, {0, 0}, {1, 1}, 1};
     if (!cp) cp = &d;
-    p.ip[0] = or_one(cp->stride[0]);
-    p.ip[1] = or_one(cp->stride[1]);
-    p.ip[2] = cp->padding[0];
-    p.ip[3] = cp->padding[1];
-    p.ip[4] = or_one(cp->dilation[0]);
-    p.ip[5] = or_one(cp->dilation[1]);
-    p.ip[6] = or_one(cp->groups);
+    const mn_conv_attrs a = {{or_one(cp->stride[0]), or_one(cp->stride[1])},
+                             {cp->padding[0], cp->padding[1]},
+                             {or_one(cp->dilation[0]), or_one(cp->dilation[1])},
+                             or_one(cp->groups)};
+    conv_attrs_set(&p, &a);
     return add_op(g, out, &p);
+}
+
+/* The pooling attributes of public params: a stride of 0 is the kernel. */
+static mn_pool_attrs pool_attrs_from(const mn_pool2d_params *pp, int64_t divisor) {
+    return (mn_pool_attrs){{pp->kernel[0], pp->kernel[1]},
+                           {pp->stride[0] ? pp->stride[0] : pp->kernel[0], pp->stride[1] ? pp->stride[1] : pp->kernel[1]},
+                           {pp->padding[0], pp->padding[1]},
+                           divisor};
 }
 
 mn_status mn_max_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2d_params *pp) {
     node p = proto_op(OP_MAXPOOL2D, 1, &x);
     if (!g) return MN_E_INVALID;
     if (!pp) return graph_fail(g, MN_E_INVALID, "max_pool2d: params are NULL");
-    p.ip[0] = pp->kernel[0];
-    p.ip[1] = pp->kernel[1];
-    p.ip[2] = pp->stride[0] ? pp->stride[0] : pp->kernel[0];
-    p.ip[3] = pp->stride[1] ? pp->stride[1] : pp->kernel[1];
-    p.ip[4] = pp->padding[0];
-    p.ip[5] = pp->padding[1];
+    const mn_pool_attrs a = pool_attrs_from(pp, 0);
+    pool_attrs_set(&p, &a);
     return add_op(g, out, &p);
 }
 
@@ -797,9 +832,7 @@ static mn_status check_args(mn_graph *g, mn_tensor *out, const char *what, int n
 
 mn_status mn_slice(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, int64_t start, int64_t length) {
     node p = proto_op(OP_SLICE, 1, &x);
-    p.ip[0] = axis; /* normalised by the shape rule */
-    p.ip[1] = start;
-    p.ip[2] = length;
+    slice_attrs_set(&p, &(mn_slice_attrs){axis, start, length}); /* axis normalised by the shape rule */
     return add_op(g, out, &p);
 }
 
@@ -808,10 +841,9 @@ mn_status mn_pad(mn_graph *g, mn_tensor *out, mn_tensor x, const int64_t *before
     if (st) return st;
     if (!before || !after) return graph_fail(g, MN_E_INVALID, "pad: before and after must not be NULL");
     node p = proto_op(OP_PAD, 1, &x);
-    for (int i = 0; i < NODE(x).rank; i++) {
-        p.ip[i] = before[i];
-        p.ip[4 + i] = after[i];
-    }
+    mn_pad_attrs a = {{0}, {0}};
+    for (int i = 0; i < NODE(x).rank && i < 4; i++) a.before[i] = before[i], a.after[i] = after[i];
+    pad_attrs_set(&p, &a);
     return add_op(g, out, &p);
 }
 
@@ -827,7 +859,7 @@ mn_status mn_concat(mn_graph *g, mn_tensor *out, const mn_tensor *xs, int n, int
         node p = proto_op(OP_CONCAT, 0, NULL);
         if (acc != MN_NONE) p.in[p.nin++] = acc;
         while (p.nin < NODE_MAX_IN && done < n) p.in[p.nin++] = xs[done++];
-        p.ip[0] = axis;
+        concat_axis_set(&p, axis);
         if ((st = graph_add(g, &acc, &p))) return n0 == g->n ? st : composite_fail(g, n0, st, "concat");
     }
     *out = acc;
@@ -896,13 +928,8 @@ mn_status mn_avg_pool2d(mn_graph *g, mn_tensor *out, mn_tensor x, const mn_pool2
     node p = proto_op(OP_AVGPOOL2D, 1, &x);
     if (!g) return MN_E_INVALID;
     if (!pp) return graph_fail(g, MN_E_INVALID, "avg_pool2d: params are NULL");
-    p.ip[0] = pp->kernel[0];
-    p.ip[1] = pp->kernel[1];
-    p.ip[2] = pp->stride[0] ? pp->stride[0] : pp->kernel[0];
-    p.ip[3] = pp->stride[1] ? pp->stride[1] : pp->kernel[1];
-    p.ip[4] = pp->padding[0];
-    p.ip[5] = pp->padding[1];
-    p.ip[6] = count_include_pad ? 1 : 0;
+    const mn_pool_attrs a = pool_attrs_from(pp, count_include_pad ? POOL_DIV_AREA : POOL_DIV_INSIDE);
+    pool_attrs_set(&p, &a);
     return add_op(g, out, &p);
 }
 
@@ -926,8 +953,7 @@ mn_status mn_global_avg_pool(mn_graph *g, mn_tensor *out, mn_tensor x) {
 
 mn_status mn_upsample_nearest2d(mn_graph *g, mn_tensor *out, mn_tensor x, int scale_h, int scale_w) {
     node p = proto_op(OP_UPSAMPLE_NEAREST2D, 1, &x);
-    p.ip[0] = scale_h;
-    p.ip[1] = scale_w;
+    upsample_attrs_set(&p, &(mn_upsample_attrs){{scale_h, scale_w}});
     return add_op(g, out, &p);
 }
 
@@ -1018,8 +1044,7 @@ mn_status mn_conv_transpose2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tenso
         return graph_fail(g, MN_E_SHAPE, "conv_transpose2d: x %s and w %s give an empty output (padding too large)", sa, sb);
     mn_tensor in[2] = {x, w};
     node p = proto_op(OP_CONV2D_BWD_INPUT, 2, in);
-    p.ip[0] = s[0], p.ip[1] = s[1], p.ip[2] = pd[0], p.ip[3] = pd[1];
-    p.ip[4] = dl[0], p.ip[5] = dl[1], p.ip[6] = groups;
+    conv_attrs_set(&p, &(mn_conv_attrs){{s[0], s[1]}, {pd[0], pd[1]}, {dl[0], dl[1]}, groups});
     p.rank = 4;
     p.shape[0] = xn.shape[0], p.shape[1] = c_out, p.shape[2] = oh, p.shape[3] = ow;
     const int32_t n0 = g->n;
@@ -1054,8 +1079,7 @@ static mn_status bn_vec(mn_graph *g, mn_tensor t, const char *what, int64_t c, b
 static mn_status add_ema(mn_graph *g, mn_tensor running, mn_tensor value, double momentum, double scale) {
     mn_tensor in[2] = {running, value};
     node p = proto_op(OP_EMA_UPDATE, 2, in);
-    p.fp[0] = momentum;
-    p.fp[1] = scale;
+    ema_attrs_set(&p, &(mn_ema_attrs){momentum, scale});
     return graph_add(g, NULL, &p);
 }
 
@@ -1158,8 +1182,7 @@ mn_status mn_embedding(mn_graph *g, mn_tensor *out, mn_tensor table, mn_tensor i
 mn_status mn_rope(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor pos, float theta, int64_t offset) {
     mn_tensor in[2] = {x, pos};
     node p = proto_op(OP_ROPE, pos == MN_NONE ? 1 : 2, in);
-    p.fp[0] = theta == 0.0f ? 10000.0 : (double)theta;
-    p.ip[0] = offset;
+    rope_attrs_set(&p, &(mn_rope_attrs){offset, 0, theta == 0.0f ? 10000.0 : (double)theta});
     return add_op(g, out, &p);
 }
 
@@ -1169,15 +1192,13 @@ mn_status mn_attention(mn_graph *g, mn_tensor *out, mn_tensor q, mn_tensor k, mn
     node p = proto_op(OP_ATTENTION, pos == MN_NONE ? 3 : 4, in);
     mn_attention_params d = {false, 0, 0.0f};
     if (!ap) ap = &d;
-    p.ip[0] = ap->causal;
-    p.ip[1] = ap->window;
     /* the default scale is resolved here, rounded to f32 like a given one, so
      * every backend and precision multiplies by the same number */
     float scale = ap->scale;
     const int32_t qi = graph_decode(g, q);
     if (scale == 0.0f && qi >= 0 && g->nodes[qi].rank == 4 && g->nodes[qi].shape[3] > 0)
         scale = (float)(1.0 / sqrt((double)g->nodes[qi].shape[3]));
-    p.fp[0] = scale;
+    attention_attrs_set(&p, &(mn_attention_attrs){ap->causal, ap->window, scale, 0});
     return add_op(g, out, &p);
 }
 

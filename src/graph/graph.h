@@ -15,7 +15,7 @@
 #include "core/common.h"
 
 typedef enum op_id {
-#define MN_OP(E, n, lo, hi, bwd) OP_##E,
+#define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) OP_##E,
 #include "graph/ops.def"
 #undef MN_OP
     OP_COUNT
@@ -74,11 +74,47 @@ struct mn_graph {
     char err[512];
 };
 
+/* ---- the op table (ops.def: what each column means) ---- */
+
+/* op flags: the properties later stages read instead of lists of ops */
+enum {
+    OPF_SOURCE = 1u << 0,   /* no inputs: input, param, state, const */
+    OPF_VIEW = 1u << 1,     /* input 0 reinterpreted: no kernel, no storage */
+    OPF_ALIAS = 1u << 2,    /* storage = input 0, updated by the kernel */
+    OPF_INPLACE = 1u << 3,  /* may take input 0's storage at its last read */
+    OPF_ROOT = 1u << 4,     /* side effect: live in training steps */
+    OPF_ROOT_RUN = 1u << 5  /* side effect of inference too: live in runs */
+};
+/* the writes column: bit i = input i is written by the kernel */
+#define OPW(i) (1u << (i))
+
+/* The fusion classes (kir); ops.def's fuse column names them without prefix. */
+typedef enum op_fuse {
+    FUSE_ELEMENTWISE, /* out[i] = f(in[i]) with numpy broadcasting */
+    FUSE_BCAST,       /* out[i] = one input element at a remapped index */
+    FUSE_REDUCE,      /* sums or maxima over axes */
+    FUSE_ROW,         /* one last-axis row at a time */
+    FUSE_MATMUL,      /* contractions: matmul, convolutions */
+    FUSE_LAYOUT,      /* copies that move elements (slice, pad, concat, ...) */
+    FUSE_OPAQUE,      /* a kernel of its own */
+    FUSE_COUNT
+} op_fuse;
+
 typedef struct op_info {
     const char *name;
     int min_in, max_in;
+    uint32_t flags;  /* OPF_* */
+    uint32_t writes; /* OPW(i) of each written input */
+    op_fuse fuse;
 } op_info;
 extern const op_info op_table[OP_COUNT];
+
+static inline bool op_has(op_id op, uint32_t flag) { return (op_table[op].flags & flag) != 0; }
+static inline bool op_writes_input(op_id op, int i) { return i >= 0 && i < 32 && (op_table[op].writes >> i & 1u); }
+static inline bool op_writes_any(op_id op) { return op_table[op].writes != 0; }
+static inline op_fuse op_fuse_class(op_id op) { return op_table[op].fuse; }
+/* "elementwise", "bcast", ... (the fuse column in lower case). */
+const char *op_fuse_name(op_fuse f);
 
 /* Element count (1 for rank 0). */
 int64_t node_numel(const node *n);

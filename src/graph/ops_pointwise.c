@@ -12,6 +12,7 @@
  */
 #include <math.h>
 
+#include "graph/attrs.h"
 #include "graph/pointwise.h"
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -41,14 +42,13 @@ mn_status mn_abs(mn_graph *g, mn_tensor *out, mn_tensor x) {
 
 mn_status mn_clamp(mn_graph *g, mn_tensor *out, mn_tensor x, float lo, float hi) {
     node p = pw_proto(OP_CLAMP, 1, &x);
-    p.fp[0] = lo;
-    p.fp[1] = hi;
+    pw_attrs_set(&p, &(mn_pw_attrs){.min = lo, .max = hi});
     return pw_add(g, out, &p);
 }
 
 mn_status mn_pow(mn_graph *g, mn_tensor *out, mn_tensor x, float e) {
     node p = pw_proto(OP_POW, 1, &x);
-    p.fp[0] = e;
+    pw_attrs_set(&p, &(mn_pw_attrs){.exponent = e});
     return pw_add(g, out, &p);
 }
 
@@ -64,9 +64,7 @@ mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, ui
     if (!g) return MN_E_INVALID; /* before the threshold: a NaN p must not reach the cast */
     if (!(prob >= 0.0f && prob <= 1.0f)) /* also NaN */
         return graph_fail(g, MN_E_INVALID, "dropout: probability %g outside [0, 1]", (double)prob);
-    p.fp[0] = prob;
-    memcpy(&p.ip[0], &seed, sizeof seed);
-    p.ip[1] = pw_dropout_threshold(prob);
+    dropout_attrs_set(&p, &(mn_dropout_attrs){prob, seed, pw_dropout_threshold(prob)});
     return pw_add(g, out, &p);
 }
 
@@ -79,9 +77,8 @@ mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_
     mn_tensor in[2] = {logits, labels};
     node p = pw_proto(OP_CROSS_ENTROPY, 2, in);
     if (cp) {
-        p.ip[0] = cp->use_ignore_index ? 1 : 0;
-        p.ip[1] = cp->use_ignore_index ? cp->ignore_index : 0;
-        p.fp[0] = cp->label_smoothing;
+        ce_attrs_set(&p, &(mn_ce_attrs){cp->use_ignore_index ? 1 : 0, cp->use_ignore_index ? cp->ignore_index : 0,
+                                        cp->label_smoothing});
     }
     return pw_add(g, out, &p);
 }

@@ -7,9 +7,8 @@
  */
 #include <math.h>
 
+#include "graph/attrs.h"
 #include "graph/graph.h"
-
-#include <math.h>
 
 #define IN(i) (&g->nodes[n->in[i]])
 #define SHP(buf, nd) shape_str(buf, sizeof buf, (nd)->rank, (nd)->shape)
@@ -68,16 +67,16 @@ static mn_status same_shape(mn_graph *g, const node *n, int i, int j) {
 static mn_status infer_matmul(mn_graph *g, node *n) {
     const node *a = IN(0), *b = IN(1);
     char sa[96], sb[96];
-    const char *tn = n->ip[0] || n->ip[1] ? "matmul (transposed)" : "matmul";
+    const mn_matmul_attrs t = matmul_attrs_of(n);
+    const char *tn = t.trans_a || t.trans_b ? "matmul (transposed)" : "matmul";
     if (a->rank < 2 || a->rank > 3 || b->rank < 2 || b->rank > 3)
         return graph_fail(g, MN_E_SHAPE, "%s: operands must be rank 2 or 3, got %s and %s", tn,
                           SHP(sa, a), SHP(sb, b));
-    int64_t m = a->shape[a->rank - (n->ip[0] ? 1 : 2)], ka = a->shape[a->rank - (n->ip[0] ? 2 : 1)];
-    int64_t kb = b->shape[b->rank - (n->ip[1] ? 1 : 2)], nn = b->shape[b->rank - (n->ip[1] ? 2 : 1)];
+    int64_t m = a->shape[a->rank - (t.trans_a ? 1 : 2)], ka = a->shape[a->rank - (t.trans_a ? 2 : 1)];
+    int64_t kb = b->shape[b->rank - (t.trans_b ? 1 : 2)], nn = b->shape[b->rank - (t.trans_b ? 2 : 1)];
     if (ka != kb)
-        return graph_fail(g, MN_E_SHAPE, "%s: inner dimensions differ: %s @ %s (%lld vs %lld)%s", tn,
-                          SHP(sa, a), SHP(sb, b), (long long)ka, (long long)kb,
-                          n->ip[0] || n->ip[1] ? "" : "");
+        return graph_fail(g, MN_E_SHAPE, "%s: inner dimensions differ: %s @ %s (%lld vs %lld)", tn, SHP(sa, a),
+                          SHP(sb, b), (long long)ka, (long long)kb);
     int64_t batch = 0;
     if (a->rank == 3 && b->rank == 3 && a->shape[0] != b->shape[0])
         return graph_fail(g, MN_E_SHAPE, "%s: batch dimensions differ: %s @ %s", tn, SHP(sa, a), SHP(sb, b));
@@ -97,21 +96,23 @@ static mn_status infer_matmul(mn_graph *g, node *n) {
 static mn_status infer_reduce(mn_graph *g, node *n) {
     const node *x = IN(0);
     char sb[96];
-    int64_t axis = n->ip[0];
-    if (axis == MN_ALL_AXES) {
+    mn_reduce_attrs a = reduce_attrs_of(n);
+    if (a.axis == MN_ALL_AXES) {
         set_shape(n, 0, NULL);
         return MN_OK;
     }
-    if (axis < 0) axis += x->rank;
-    if (axis < 0 || axis >= x->rank)
+    const int64_t given = a.axis;
+    if (a.axis < 0) a.axis += x->rank;
+    if (a.axis < 0 || a.axis >= x->rank)
         return graph_fail(g, MN_E_SHAPE, "%s: axis %lld out of range for shape %s",
-                          op_table[n->op].name, (long long)n->ip[0], SHP(sb, x));
-    n->ip[0] = axis;
+                          op_table[n->op].name, (long long)given, SHP(sb, x));
+    reduce_attrs_set(n, &a);
+    const int64_t axis = a.axis;
     int64_t s[MN_MAX_RANK];
     int r = 0;
     for (int i = 0; i < x->rank; i++) {
         if (i == axis) {
-            if (n->ip[1]) s[r++] = 1;
+            if (a.keepdim) s[r++] = 1;
         } else {
             s[r++] = x->shape[i];
         }
@@ -153,7 +154,7 @@ static mn_status infer_permute(mn_graph *g, node *n) {
     bool seen[MN_MAX_RANK] = {0};
     int64_t s[MN_MAX_RANK];
     for (int i = 0; i < x->rank; i++) {
-        int64_t p = n->ip[i];
+        int64_t p = permute_axis(n, i);
         if (p < 0 || p >= x->rank || seen[p])
             return graph_fail(g, MN_E_SHAPE, "permute: perm is not a permutation of 0..%d for shape %s",
                               x->rank - 1, SHP(sb, x));
@@ -205,19 +206,22 @@ static mn_status conv_check(mn_graph *g, const node *n, const char *on, const no
     if (x->rank != 4 || w->rank != 4)
         return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W] and w [O,C/groups,KH,KW], got %s and %s", on,
                           SHP(sa, x), SHP(sb, w));
-    for (int i = 0; i < 7; i++) {
-        bool bad = i == 2 || i == 3 ? n->ip[i] < 0 : n->ip[i] < 1;
-        if (bad)
-            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on,
-                              i < 2 ? "stride" : i < 4 ? "padding" : i < 6 ? "dilation" : "groups",
-                              (long long)n->ip[i]);
-    }
-    int64_t groups = n->ip[6];
+    const mn_conv_attrs a = conv_attrs_of(n);
+    const struct {
+        const char *what;
+        int64_t v, min;
+    } check[7] = {{"stride", a.stride[0], 1},     {"stride", a.stride[1], 1},     {"padding", a.pad[0], 0},
+                  {"padding", a.pad[1], 0},       {"dilation", a.dilation[0], 1}, {"dilation", a.dilation[1], 1},
+                  {"groups", a.groups, 1}};
+    for (int i = 0; i < 7; i++)
+        if (check[i].v < check[i].min)
+            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on, check[i].what, (long long)check[i].v);
+    int64_t groups = a.groups;
     if (x->shape[1] % groups || w->shape[0] % groups || w->shape[1] * groups != x->shape[1])
         return graph_fail(g, MN_E_SHAPE, "%s: x %s and w %s disagree on channels with groups=%lld", on,
                           SHP(sa, x), SHP(sb, w), (long long)groups);
-    *oh = conv_out(x->shape[2], w->shape[2], n->ip[0], n->ip[2], n->ip[4]);
-    *ow = conv_out(x->shape[3], w->shape[3], n->ip[1], n->ip[3], n->ip[5]);
+    *oh = conv_out(x->shape[2], w->shape[2], a.stride[0], a.pad[0], a.dilation[0]);
+    *ow = conv_out(x->shape[3], w->shape[3], a.stride[1], a.pad[1], a.dilation[1]);
     if (*oh < 1 || *ow < 1)
         return graph_fail(g, MN_E_SHAPE, "%s: kernel %s larger than padded input %s", on, SHP(sb, w), SHP(sa, x));
     return MN_OK;
@@ -263,25 +267,37 @@ static mn_status infer_conv2d_bwd(mn_graph *g, node *n) {
     return MN_OK;
 }
 
+/* Pool parameters (kernel, stride, padding of n, as MAXPOOL2D) and the output
+ * size of x [N,C,H,W]. Messages name the op `on`. */
+static mn_status pool_check(mn_graph *g, const node *n, const char *on, const node *x, int64_t *oh, int64_t *ow) {
+    char sa[96];
+    const mn_pool_attrs a = pool_attrs_of(n);
+    if (x->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W], got %s", on, SHP(sa, x));
+    const struct {
+        const char *what;
+        int64_t v, min;
+    } check[6] = {{"kernel", a.kernel[0], 1}, {"kernel", a.kernel[1], 1}, {"stride", a.stride[0], 1},
+                  {"stride", a.stride[1], 1}, {"padding", a.pad[0], 0},   {"padding", a.pad[1], 0}};
+    for (int i = 0; i < 6; i++)
+        if (check[i].v < check[i].min)
+            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on, check[i].what, (long long)check[i].v);
+    if (a.pad[0] * 2 > a.kernel[0] || a.pad[1] * 2 > a.kernel[1])
+        return graph_fail(g, MN_E_INVALID, "%s: padding %lld,%lld exceeds half the kernel %lld,%lld", on,
+                          (long long)a.pad[0], (long long)a.pad[1], (long long)a.kernel[0], (long long)a.kernel[1]);
+    *oh = conv_out(x->shape[2], a.kernel[0], a.stride[0], a.pad[0], 1);
+    *ow = conv_out(x->shape[3], a.kernel[1], a.stride[1], a.pad[1], 1);
+    if (*oh < 1 || *ow < 1)
+        return graph_fail(g, MN_E_SHAPE, "%s: kernel %lldx%lld larger than input %s", on, (long long)a.kernel[0],
+                          (long long)a.kernel[1], SHP(sa, x));
+    return MN_OK;
+}
+
 static mn_status infer_maxpool(mn_graph *g, node *n) {
     const node *x = IN(0);
-    char sa[96];
     mn_status st = need_f32(g, n, 0);
     if (st) return st;
-    if (x->rank != 4)
-        return graph_fail(g, MN_E_SHAPE, "max_pool2d: x must be [N,C,H,W], got %s", SHP(sa, x));
-    for (int i = 0; i < 6; i++)
-        if (i < 4 ? n->ip[i] < 1 : n->ip[i] < 0)
-            return graph_fail(g, MN_E_INVALID, "max_pool2d: invalid %s %lld",
-                              i < 2 ? "kernel" : i < 4 ? "stride" : "padding", (long long)n->ip[i]);
-    if (n->ip[4] * 2 > n->ip[0] || n->ip[5] * 2 > n->ip[1])
-        return graph_fail(g, MN_E_INVALID, "max_pool2d: padding %lld,%lld exceeds half the kernel %lld,%lld",
-                          (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[0], (long long)n->ip[1]);
-    int64_t oh = conv_out(x->shape[2], n->ip[0], n->ip[2], n->ip[4], 1);
-    int64_t ow = conv_out(x->shape[3], n->ip[1], n->ip[3], n->ip[5], 1);
-    if (oh < 1 || ow < 1)
-        return graph_fail(g, MN_E_SHAPE, "max_pool2d: kernel %lldx%lld larger than input %s",
-                          (long long)n->ip[0], (long long)n->ip[1], SHP(sa, x));
+    int64_t oh, ow;
+    if ((st = pool_check(g, n, "max_pool2d", x, &oh, &ow))) return st;
     int64_t s[4] = {x->shape[0], x->shape[1], oh, ow};
     set_shape(n, 4, s);
     return MN_OK;
@@ -296,14 +312,16 @@ static mn_status infer_pointwise(mn_graph *g, node *n) {
     const char *on = op_table[n->op].name;
     mn_status st;
     switch (n->op) {
-    case OP_ABS: case OP_CLAMP: case OP_POW:
+    case OP_ABS: case OP_CLAMP: case OP_POW: {
+        const mn_pw_attrs a = pw_attrs_of(n);
         if ((st = need_f32(g, n, 0))) return st;
-        if (n->op == OP_CLAMP && !(n->fp[0] <= n->fp[1])) /* also NaN */
-            return graph_fail(g, MN_E_INVALID, "clamp: min %g must be <= max %g", n->fp[0], n->fp[1]);
-        if (n->op == OP_POW && !isfinite(n->fp[0]))
-            return graph_fail(g, MN_E_INVALID, "pow: exponent %g must be finite", n->fp[0]);
+        if (n->op == OP_CLAMP && !(a.min <= a.max)) /* also NaN */
+            return graph_fail(g, MN_E_INVALID, "clamp: min %g must be <= max %g", a.min, a.max);
+        if (n->op == OP_POW && !isfinite(a.exponent))
+            return graph_fail(g, MN_E_INVALID, "pow: exponent %g must be finite", a.exponent);
         copy_shape_of(n, IN(0));
         return MN_OK;
+    }
     case OP_WHERE: {
         for (int i = 0; i < 3; i++)
             if ((st = need_f32(g, n, i))) return st;
@@ -319,16 +337,16 @@ static mn_status infer_pointwise(mn_graph *g, node *n) {
     }
     case OP_DROPOUT:
         if ((st = need_f32(g, n, 0))) return st;
-        if (!(n->fp[0] >= 0 && n->fp[0] <= 1))
-            return graph_fail(g, MN_E_INVALID, "dropout: probability %g outside [0, 1]", n->fp[0]);
+        if (!(dropout_attrs_of(n).p >= 0 && dropout_attrs_of(n).p <= 1))
+            return graph_fail(g, MN_E_INVALID, "dropout: probability %g outside [0, 1]", dropout_attrs_of(n).p);
         if (n->nin == 2 && (IN(1)->dtype != MN_I32 || node_numel(IN(1)) != 1))
             return graph_fail(g, MN_E_DTYPE, "dropout: the counter must be an i32 scalar, got %s %s",
                               mn_dtype_name(IN(1)->dtype), SHP(sa, IN(1)));
         copy_shape_of(n, IN(0));
         return MN_OK;
     case OP_PW_BWD:
-        if (n->ip[0] != OP_ABS && n->ip[0] != OP_CLAMP && n->ip[0] != OP_POW)
-            return graph_fail(g, MN_E_INVALID, "pw_bwd: ip[0] = %lld is not abs, clamp or pow", (long long)n->ip[0]);
+        if (bwd_of(n) != OP_ABS && bwd_of(n) != OP_CLAMP && bwd_of(n) != OP_POW)
+            return graph_fail(g, MN_E_INVALID, "pw_bwd: ip[0] = %lld is not abs, clamp or pow", (long long)bwd_of(n));
         copy_shape_of(n, IN(0));
         return same_shape(g, n, 0, 1);
     case OP_CE_COUNT:
@@ -342,17 +360,18 @@ static mn_status infer_pointwise(mn_graph *g, node *n) {
     }
 }
 
-/* The options of cross_entropy (and its backward): ip[0] in {0, 1}, fp[0] in
- * [0, 1]; the backward's optional count is an f32 scalar. */
+/* The options of cross_entropy (and its backward): use_ignore in {0, 1},
+ * smoothing in [0, 1]; the backward's optional count is an f32 scalar. */
 static mn_status infer_ce_options(mn_graph *g, const node *n) {
     const char *on = op_table[n->op].name;
+    const mn_ce_attrs a = ce_attrs_of(n);
     char sa[96];
-    if (n->ip[0] != 0 && n->ip[0] != 1)
-        return graph_fail(g, MN_E_INVALID, "%s: ip[0] (use ignore_index) is %lld", on, (long long)n->ip[0]);
-    if (n->ip[0] && (n->ip[1] < INT32_MIN || n->ip[1] > INT32_MAX))
-        return graph_fail(g, MN_E_INVALID, "%s: ignore_index %lld is not an i32", on, (long long)n->ip[1]);
-    if (!(n->fp[0] >= 0 && n->fp[0] <= 1))
-        return graph_fail(g, MN_E_INVALID, "%s: label smoothing %g outside [0, 1]", on, n->fp[0]);
+    if (a.use_ignore != 0 && a.use_ignore != 1)
+        return graph_fail(g, MN_E_INVALID, "%s: ip[0] (use ignore_index) is %lld", on, (long long)a.use_ignore);
+    if (a.use_ignore && (a.ignore_index < INT32_MIN || a.ignore_index > INT32_MAX))
+        return graph_fail(g, MN_E_INVALID, "%s: ignore_index %lld is not an i32", on, (long long)a.ignore_index);
+    if (!(a.smoothing >= 0 && a.smoothing <= 1))
+        return graph_fail(g, MN_E_INVALID, "%s: label smoothing %g outside [0, 1]", on, a.smoothing);
     if (n->nin == 4 && (IN(3)->dtype != MN_F32 || node_numel(IN(3)) != 1))
         return graph_fail(g, MN_E_SHAPE, "%s: the row count must be an f32 scalar, got %s", on, SHP(sa, IN(3)));
     return MN_OK;
@@ -363,15 +382,17 @@ static mn_status infer_ce_options(mn_graph *g, const node *n) {
 static mn_status infer_slice(mn_graph *g, node *n) {
     const node *x = IN(0);
     char sa[96];
-    int64_t axis = n->ip[0];
+    mn_slice_attrs a = slice_attrs_of(n);
+    int64_t axis = a.axis;
     if (axis < 0) axis += x->rank;
     if (x->rank < 1 || axis < 0 || axis >= x->rank)
-        return graph_fail(g, MN_E_SHAPE, "slice: axis %lld out of range for shape %s", (long long)n->ip[0], SHP(sa, x));
-    const int64_t d = x->shape[axis], start = n->ip[1], len = n->ip[2];
+        return graph_fail(g, MN_E_SHAPE, "slice: axis %lld out of range for shape %s", (long long)a.axis, SHP(sa, x));
+    const int64_t d = x->shape[axis], start = a.start, len = a.length;
     if (start < 0 || len < 1 || start >= d || len > d - start)
         return graph_fail(g, MN_E_SHAPE, "slice: [%lld, %lld + %lld) is not a non-empty part of axis %lld of %s",
                           (long long)start, (long long)start, (long long)len, (long long)axis, SHP(sa, x));
-    n->ip[0] = axis;
+    a.axis = axis;
+    slice_attrs_set(n, &a);
     int64_t s[MN_MAX_RANK];
     for (int i = 0; i < x->rank; i++) s[i] = i == axis ? len : x->shape[i];
     set_shape(n, x->rank, s);
@@ -382,8 +403,9 @@ static mn_status infer_pad(mn_graph *g, node *n) {
     const node *x = IN(0);
     char sa[96];
     int64_t s[MN_MAX_RANK];
+    const mn_pad_attrs p = pad_attrs_of(n);
     for (int i = 0; i < MN_MAX_RANK; i++) {
-        const int64_t b = n->ip[i], a = n->ip[4 + i];
+        const int64_t b = p.before[i], a = p.after[i];
         if (i >= x->rank) {
             if (b || a)
                 return graph_fail(g, MN_E_SHAPE, "pad: padding given for axis %d of %s (rank %d)", i, SHP(sa, x), x->rank);
@@ -403,11 +425,12 @@ static mn_status infer_concat(mn_graph *g, node *n) {
     const node *x0 = IN(0);
     char sa[96], sb[96];
     mn_status st;
-    int64_t axis = n->ip[0];
+    int64_t axis = concat_axis(n);
     if (axis < 0) axis += x0->rank;
     if (x0->rank < 1 || axis < 0 || axis >= x0->rank)
-        return graph_fail(g, MN_E_SHAPE, "concat: axis %lld out of range for shape %s", (long long)n->ip[0], SHP(sa, x0));
-    n->ip[0] = axis;
+        return graph_fail(g, MN_E_SHAPE, "concat: axis %lld out of range for shape %s", (long long)concat_axis(n),
+                          SHP(sa, x0));
+    concat_axis_set(n, axis);
     int64_t s[MN_MAX_RANK], total = 0;
     for (int k = 0; k < n->nin; k++) {
         const node *x = IN(k);
@@ -424,26 +447,15 @@ static mn_status infer_concat(mn_graph *g, node *n) {
     return MN_OK;
 }
 
-/* Pool parameters (ip as AVGPOOL2D) and the output size of x [N,C,H,W]. */
+/* Average pooling parameters (pool_check plus the divisor mode) and the
+ * output size of x [N,C,H,W]. */
 static mn_status avgpool_check(mn_graph *g, const node *n, const node *x, int64_t *oh, int64_t *ow) {
     const char *on = op_table[n->op].name;
-    char sa[96];
-    if (x->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W], got %s", on, SHP(sa, x));
-    for (int i = 0; i < 6; i++)
-        if (i < 4 ? n->ip[i] < 1 : n->ip[i] < 0)
-            return graph_fail(g, MN_E_INVALID, "%s: invalid %s %lld", on,
-                              i < 2 ? "kernel" : i < 4 ? "stride" : "padding", (long long)n->ip[i]);
-    if (n->ip[6] < 0 || n->ip[6] > 2)
-        return graph_fail(g, MN_E_INVALID, "%s: invalid divisor mode %lld", on, (long long)n->ip[6]);
-    if (n->ip[4] * 2 > n->ip[0] || n->ip[5] * 2 > n->ip[1])
-        return graph_fail(g, MN_E_INVALID, "%s: padding %lld,%lld exceeds half the kernel %lld,%lld", on,
-                          (long long)n->ip[4], (long long)n->ip[5], (long long)n->ip[0], (long long)n->ip[1]);
-    *oh = conv_out(x->shape[2], n->ip[0], n->ip[2], n->ip[4], 1);
-    *ow = conv_out(x->shape[3], n->ip[1], n->ip[3], n->ip[5], 1);
-    if (*oh < 1 || *ow < 1)
-        return graph_fail(g, MN_E_SHAPE, "%s: kernel %lldx%lld larger than input %s", on, (long long)n->ip[0],
-                          (long long)n->ip[1], SHP(sa, x));
-    return MN_OK;
+    const int64_t divisor = pool_attrs_of(n).divisor;
+    mn_status st = pool_check(g, n, on, x, oh, ow);
+    if (!st && (divisor < POOL_DIV_INSIDE || divisor > POOL_DIV_NONE))
+        st = graph_fail(g, MN_E_INVALID, "%s: invalid divisor mode %lld", on, (long long)divisor);
+    return st;
 }
 
 static mn_status infer_avgpool(mn_graph *g, node *n) {
@@ -477,10 +489,11 @@ static mn_status infer_upsample(mn_graph *g, node *n) {
     mn_status st = need_f32(g, n, 0);
     if (st) return st;
     if (x->rank != 4) return graph_fail(g, MN_E_SHAPE, "upsample_nearest2d: x must be [N,C,H,W], got %s", SHP(sa, x));
-    if (n->ip[0] < 1 || n->ip[1] < 1 || n->ip[0] > 1024 || n->ip[1] > 1024)
-        return graph_fail(g, MN_E_INVALID, "upsample_nearest2d: scale %lld,%lld (must be 1..1024)", (long long)n->ip[0],
-                          (long long)n->ip[1]);
-    int64_t s[4] = {x->shape[0], x->shape[1], x->shape[2] * n->ip[0], x->shape[3] * n->ip[1]};
+    const mn_upsample_attrs a = upsample_attrs_of(n);
+    if (a.scale[0] < 1 || a.scale[1] < 1 || a.scale[0] > 1024 || a.scale[1] > 1024)
+        return graph_fail(g, MN_E_INVALID, "upsample_nearest2d: scale %lld,%lld (must be 1..1024)",
+                          (long long)a.scale[0], (long long)a.scale[1]);
+    int64_t s[4] = {x->shape[0], x->shape[1], x->shape[2] * a.scale[0], x->shape[3] * a.scale[1]};
     set_shape(n, 4, s);
     return MN_OK;
 }
@@ -553,12 +566,14 @@ static mn_status infer_rope(mn_graph *g, node *n) {
     if ((st = need_f32(g, n, 0)) || (st = need_pos(g, n, 1))) return st;
     if (x->rank < 2 || x->shape[x->rank - 1] % 2)
         return graph_fail(g, MN_E_SHAPE, "rope: x must be [..., T, Dh] with Dh even, got %s", SHP(sa, x));
-    if (!(n->fp[0] > 0) || !isfinite(n->fp[0]))
-        return graph_fail(g, MN_E_INVALID, "rope: theta %g must be finite and > 0", n->fp[0]);
-    if (n->ip[0] < -TR_POS_LIMIT || n->ip[0] > TR_POS_LIMIT || x->shape[x->rank - 2] > TR_POS_LIMIT)
-        return graph_fail(g, MN_E_INVALID, "rope: offset %lld or length %lld beyond 2^29 (x %s)", (long long)n->ip[0],
+    const mn_rope_attrs a = rope_attrs_of(n);
+    if (!(a.theta > 0) || !isfinite(a.theta))
+        return graph_fail(g, MN_E_INVALID, "rope: theta %g must be finite and > 0", a.theta);
+    if (a.offset < -TR_POS_LIMIT || a.offset > TR_POS_LIMIT || x->shape[x->rank - 2] > TR_POS_LIMIT)
+        return graph_fail(g, MN_E_INVALID, "rope: offset %lld or length %lld beyond 2^29 (x %s)", (long long)a.offset,
                           (long long)x->shape[x->rank - 2], SHP(sa, x));
-    if (n->ip[1] != 0 && n->ip[1] != 1) return graph_fail(g, MN_E_INVALID, "rope: inverse flag %lld", (long long)n->ip[1]);
+    if (a.inverse != 0 && a.inverse != 1)
+        return graph_fail(g, MN_E_INVALID, "rope: inverse flag %lld", (long long)a.inverse);
     copy_shape_of(n, x);
     return MN_OK;
 }
@@ -580,12 +595,14 @@ static mn_status check_qkv(mn_graph *g, node *n, int pos_at) {
                           on, SHP(sa, q), SHP(sb, k), SHP(sc, v));
     if (q->shape[2] > TR_POS_LIMIT || k->shape[2] > TR_POS_LIMIT)
         return graph_fail(g, MN_E_SHAPE, "%s: sequence lengths beyond 2^29 (q %s, k %s)", on, SHP(sa, q), SHP(sb, k));
-    if (n->ip[0] != 0 && n->ip[0] != 1) return graph_fail(g, MN_E_INVALID, "%s: causal flag %lld", on, (long long)n->ip[0]);
-    if (n->ip[1] < 0 || n->ip[1] > TR_POS_LIMIT || (n->ip[1] && !n->ip[0]))
+    const mn_attention_attrs a = attention_attrs_of(n);
+    if (a.causal != 0 && a.causal != 1)
+        return graph_fail(g, MN_E_INVALID, "%s: causal flag %lld", on, (long long)a.causal);
+    if (a.window < 0 || a.window > TR_POS_LIMIT || (a.window && !a.causal))
         return graph_fail(g, MN_E_INVALID, "%s: window %lld must be in [0, 2^29] and needs causal attention", on,
-                          (long long)n->ip[1]);
-    if (!isfinite(n->fp[0]) || n->fp[0] == 0)
-        return graph_fail(g, MN_E_INVALID, "%s: scale %g must be finite and non-zero", on, n->fp[0]);
+                          (long long)a.window);
+    if (!isfinite(a.scale) || a.scale == 0)
+        return graph_fail(g, MN_E_INVALID, "%s: scale %g must be finite and non-zero", on, a.scale);
     return MN_OK;
 }
 
@@ -621,9 +638,10 @@ static mn_status infer_ema(mn_graph *g, node *n) {
         return graph_fail(g, MN_E_INVALID, "ema_update: the running statistic (%%%d) must be a parameter", n->in[0]);
     if (node_numel(r) != node_numel(v))
         return graph_fail(g, MN_E_SHAPE, "ema_update: running %s and value %s differ in size", SHP(sa, r), SHP(sb, v));
-    if (!(n->fp[0] >= 0.0 && n->fp[0] <= 1.0) || !isfinite(n->fp[1]))
-        return graph_fail(g, MN_E_INVALID, "ema_update: momentum %g must be in [0, 1] and scale %g finite", n->fp[0],
-                          n->fp[1]);
+    const mn_ema_attrs a = ema_attrs_of(n);
+    if (!(a.momentum >= 0.0 && a.momentum <= 1.0) || !isfinite(a.scale))
+        return graph_fail(g, MN_E_INVALID, "ema_update: momentum %g must be in [0, 1] and scale %g finite", a.momentum,
+                          a.scale);
     copy_shape_of(n, r);
     return MN_OK;
 }
@@ -638,8 +656,9 @@ static mn_status infer_attention_bwd(mn_graph *g, node *n) {
     if (!shape_is(dout, 4, q->shape) || !shape_is(prep, 4, ps))
         return graph_fail(g, MN_E_SHAPE, "%s: dout %s or prep %s does not match q", op_table[n->op].name,
                           SHP(sa, dout), SHP(sb, prep));
-    if (n->op == OP_ATTENTION_BWD_KV && n->ip[2] != 0 && n->ip[2] != 1)
-        return graph_fail(g, MN_E_INVALID, "attention_bwd_kv: wrt %lld", (long long)n->ip[2]);
+    const int64_t wrt = attention_attrs_of(n).wrt;
+    if (n->op == OP_ATTENTION_BWD_KV && wrt != 0 && wrt != 1)
+        return graph_fail(g, MN_E_INVALID, "attention_bwd_kv: wrt %lld", (long long)wrt);
     copy_shape_of(n, n->op == OP_ATTENTION_BWD_Q ? q : IN(1));
     return MN_OK;
 }

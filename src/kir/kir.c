@@ -14,27 +14,18 @@ bool kir_fusion_matmul_enabled(void) {
     return kir_fusion_enabled() && !(e && strcmp(e, "pointwise") == 0);
 }
 
+/* The fusion classes kir folds into a consumer's kernel (ops.def's fuse column). */
 bool kir_op_pointwise(op_id op) {
-    switch (op) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_SCALE: case OP_NEG:
-    case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RELU: case OP_SIGMOID:
-    case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_STOP_GRAD:
-    case OP_UNARY_BWD: case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_PW_BWD:
-    case OP_BROADCAST: case OP_PERMUTE:
-        return true;
-    default:
-        return false;
-    }
+    const op_fuse f = op_fuse_class(op);
+    return f == FUSE_ELEMENTWISE || f == FUSE_BCAST;
 }
 
 /* Ops that write a tensor other than their output's own fresh storage: no
  * read may be moved past them. */
-static bool writes_in_place(op_id op) {
-    return op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE || op == OP_EMA_UPDATE || op == OP_KV_APPEND;
-}
+static bool writes_in_place(op_id op) { return op_writes_any(op); }
 
 /* Gathers read their input at another index than their own. */
-static bool is_gather(op_id op) { return op == OP_BROADCAST || op == OP_PERMUTE; }
+static bool is_gather(op_id op) { return op_fuse_class(op) == FUSE_BCAST; }
 
 /* Pointwise, f32 in and out, rank <= 4 (the eltwise kernel's index space). */
 static bool fusible(const mn_graph *g, int32_t id) {
@@ -68,7 +59,7 @@ typedef struct group {
  * matmul's output index) and the group has no matmul yet. */
 static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
     const node *n = &g->nodes[m], *r = &g->nodes[root];
-    if (n->op != OP_MATMUL || gr->matmul || n->dtype != MN_F32 || n->rank != r->rank) return false;
+    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || n->dtype != MN_F32 || n->rank != r->rank) return false;
     for (int i = 0; i < 2; i++)
         if (g->nodes[n->in[i]].dtype != MN_F32) return false;
     for (int d = 0; d < n->rank; d++)

@@ -63,8 +63,9 @@ static inline bool kir_is_member(const kir *k, int32_t id) { return k && k->root
  * epilogues (also not "pointwise"). */
 bool kir_fusion_enabled(void);
 bool kir_fusion_matmul_enabled(void);
-/* The ops the pointwise pass may fold: elementwise ops and the gathers
- * broadcast and permute (whose input then stays a kernel input). */
+/* The ops the pointwise pass may fold: fusion class ELEMENTWISE and the
+ * BCAST gathers, broadcast and permute (whose input then stays a kernel
+ * input); ops.def's fuse column. */
 bool kir_op_pointwise(op_id op);
 /* MEGANEURA_DUMP=kernels: one line per multi-node kernel. */
 void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f);

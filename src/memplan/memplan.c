@@ -3,10 +3,7 @@
  * building a plan is O(n log n) in the nodes of the schedule. */
 #include "memplan/memplan.h"
 
-bool memplan_is_alias(op_id op) {
-    return op == OP_RESHAPE || op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE || op == OP_EMA_UPDATE ||
-           op == OP_KV_APPEND;
-}
+bool memplan_is_alias(op_id op) { return op_has(op, OPF_VIEW | OPF_ALIAS); }
 
 int32_t memplan_root(const mn_graph *g, int32_t id) {
     while (memplan_is_alias(g->nodes[id].op)) id = g->nodes[id].in[0];
@@ -14,18 +11,7 @@ int32_t memplan_root(const mn_graph *g, int32_t id) {
 }
 
 /* Elementwise ops whose kernel may write over input 0 as it reads it. */
-static bool op_inplace(op_id op) {
-    switch (op) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_SCALE: case OP_NEG:
-    case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RELU: case OP_SIGMOID:
-    case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_STOP_GRAD:
-    case OP_UNARY_BWD:
-    case OP_ABS: case OP_CLAMP: case OP_POW: case OP_WHERE: case OP_DROPOUT: case OP_PW_BWD: /* pointwise family */
-        return true;
-    default:
-        return false;
-    }
-}
+static bool op_inplace(op_id op) { return op_has(op, OPF_INPLACE); }
 
 static uint64_t align_up(uint64_t v) { return (v + MP_ALIGN - 1) & ~(uint64_t)(MP_ALIGN - 1); }
 

@@ -103,8 +103,8 @@ static inline uint64_t memplan_pages(const memplan *mp, int32_t id) {
 
 /* Storage root of a node: follows views/in-place aliases to the owner. */
 int32_t memplan_root(const mn_graph *g, int32_t id);
-/* True if op's output is a view/alias of input 0 (RESHAPE, optimizer updates,
- * KV_APPEND). */
+/* True if op's output is a view/alias of input 0: OPF_VIEW or OPF_ALIAS in
+ * ops.def (RESHAPE, optimizer updates, EMA_UPDATE, KV_APPEND). */
 bool memplan_is_alias(op_id op);
 
 #endif

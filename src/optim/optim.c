@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#include "graph/attrs.h"
+
 const char *optim_kind_name(mn_optim_kind k) {
     switch (k) {
     case MN_OPTIM_SGD: return "sgd";
@@ -155,7 +157,7 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
         p.op = OP_STEP_GATE;
         p.in[p.nin++] = g->loss;
         if (total != MN_NONE) p.in[p.nin++] = total;
-        p.fp[0] = o->clip_norm;
+        clip_norm_set(&p, o->clip_norm);
         if ((st = graph_add(g, gate, &p))) return st;
         g->nodes[*gate].flags |= NODE_F_READ;
         clip = *gate;
@@ -167,7 +169,7 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
             p.op = OP_CLIP_COEF;
             p.nin = 1;
             p.in[0] = total;
-            p.fp[0] = o->clip_norm;
+            clip_norm_set(&p, o->clip_norm);
             if ((st = graph_add(g, &clip, &p))) return st;
         }
     }
@@ -178,8 +180,7 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
         node param = g->nodes[i];
         node p;
         memset(&p, 0, sizeof p);
-        p.fp[0] = param.lr_mult;
-        p.fp[4] = o->weight_decay;
+        mn_optim_attrs a = {.lr_mult = param.lr_mult, .weight_decay = o->weight_decay};
         p.in[0] = i;
         p.in[1] = grads[i];
         if (o->kind == MN_OPTIM_SGD) {
@@ -187,8 +188,8 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
             if ((st = add_state(g, &p.in[2], &param, "momentum", kind))) return st;
             p.in[3] = hyper;
             p.nin = 4;
-            p.fp[1] = o->momentum;
-            p.ip[0] = o->nesterov;
+            a.beta1 = o->momentum;
+            a.variant = o->nesterov;
         } else {
             p.op = OP_ADAM_UPDATE;
             if ((st = add_state(g, &p.in[2], &param, "m", kind)) ||
@@ -196,13 +197,14 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
                 return st;
             p.in[4] = hyper;
             p.nin = 5;
-            p.fp[1] = o->beta1;
-            p.fp[2] = o->beta2;
-            p.fp[3] = o->eps;
-            p.ip[0] = o->kind == MN_OPTIM_ADAMW;
+            a.beta1 = o->beta1;
+            a.beta2 = o->beta2;
+            a.eps = o->eps;
+            a.variant = o->kind == MN_OPTIM_ADAMW;
         }
         if (clip != MN_NONE) p.in[p.nin++] = clip;
-        p.ip[1] = check && nf == MN_NONFINITE_SKIP; /* the gate may skip the update */
+        a.gated = check && nf == MN_NONFINITE_SKIP; /* the gate may skip the update */
+        optim_attrs_set(&p, &a);
         if ((st = graph_add(g, NULL, &p))) return st;
     }
     for (int32_t i = first; i < g->n; i++) g->nodes[i].flags |= NODE_F_OPTIM;

@@ -128,7 +128,7 @@ uint64_t session_header_bound(const mn_session *s) {
  * forward pass, so mn_session_loss reports what the step computed. */
 static mn_status loss_own_storage(mn_graph *g) {
     int32_t r = g->loss;
-    while (g->nodes[r].op == OP_RESHAPE) r = g->nodes[r].in[0];
+    while (op_has(g->nodes[r].op, OPF_VIEW)) r = g->nodes[r].in[0];
     if (g->nodes[r].op != OP_PARAM) return MN_OK;
     const bool raw = g->raw_ids;
     mn_tensor c;
@@ -199,18 +199,17 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     }
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        /* a KV-cache append writes persistent state: it runs in run and step
-         * even when no output reads the cache */
-        if ((n->flags & (NODE_F_OUTPUT | NODE_F_LOSS)) || n->op == OP_KV_APPEND) roots[nr++] = i;
+        /* side effects of inference (a KV-cache append writes persistent
+         * state): they run in run and step even when no output reads them */
+        if ((n->flags & (NODE_F_OUTPUT | NODE_F_LOSS)) || op_has(n->op, OPF_ROOT_RUN)) roots[nr++] = i;
     }
     nf = nr;
     passes_mark_live(g, roots, nf, fwd);
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
-        /* in-place updates: optimizer steps and running statistics
-         * (EMA_UPDATE); the step gate, read after each step */
-        bool upd = n->op == OP_SGD_UPDATE || n->op == OP_ADAM_UPDATE || n->op == OP_EMA_UPDATE;
-        if (op_is_source(n->op) || upd || (n->flags & NODE_F_READ)) roots[nr++] = i;
+        /* side effects of steps (optimizer updates, running statistics);
+         * the step gate, read after each step */
+        if (op_has(n->op, OPF_SOURCE | OPF_ROOT) || (n->flags & NODE_F_READ)) roots[nr++] = i;
     }
     if (s->iopt.grads_only && s->grads)
         for (int32_t i = 0; i < s->nuser; i++)

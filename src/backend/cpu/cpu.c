@@ -24,12 +24,6 @@ typedef struct cpu_backend {
     bool clean[MP_ARENA_COUNT];     /* still all zeros: nothing written since create */
 } cpu_backend;
 
-static const char *const cpu_op_names[OP_COUNT] = {
-#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = #nm,
-#include "graph/ops.def"
-#undef MN_OP
-};
-
 /* "node 12 (matmul)" or "node 3 (param 'fc1.w')" into buf. */
 static const char *cpu_node_label(char *buf, size_t cap, const mn_graph *g, int32_t id) {
     if (id < 0 || id >= g->n) {
@@ -37,7 +31,7 @@ static const char *cpu_node_label(char *buf, size_t cap, const mn_graph *g, int3
         return buf;
     }
     const node *n = &g->nodes[id];
-    const char *op = (unsigned)n->op < OP_COUNT ? cpu_op_names[n->op] : "?";
+    const char *op = (unsigned)n->op < OP_COUNT ? op_table[n->op].name : "?";
     if (n->name) mn_fmt(buf, cap, "node %d (%s '%s')", (int)id, op, n->name);
     else mn_fmt(buf, cap, "node %d (%s)", (int)id, op);
     return buf;

@@ -10,6 +10,7 @@
  * node structs of graph.h.
  */
 #include "backend/cpu/cpu_kernels.h"
+#include "graph/attrs.h"
 #include "graph/pointwise.h"
 
 #include <math.h>
@@ -97,10 +98,11 @@ static void conv_geom_init(conv_geom *c, const node *n, const node *x, const nod
     c->N = x->shape[0], c->C = x->shape[1], c->H = x->shape[2], c->W = x->shape[3];
     c->O = w->shape[0], c->Cg = w->shape[1], c->KH = w->shape[2], c->KW = w->shape[3];
     c->OH = y->shape[2], c->OW = y->shape[3];
-    c->sh = kn_pos(n->ip[0]), c->sw = kn_pos(n->ip[1]);
-    c->ph = n->ip[2], c->pw = n->ip[3];
-    c->dh = kn_pos(n->ip[4]), c->dw = kn_pos(n->ip[5]);
-    c->groups = kn_pos(n->ip[6]);
+    const mn_conv_attrs a = conv_attrs_of(n);
+    c->sh = kn_pos(a.stride[0]), c->sw = kn_pos(a.stride[1]);
+    c->ph = a.pad[0], c->pw = a.pad[1];
+    c->dh = kn_pos(a.dilation[0]), c->dw = kn_pos(a.dilation[1]);
+    c->groups = kn_pos(a.groups);
     c->Og = c->O / c->groups;
 }
 
@@ -137,7 +139,7 @@ static void kn_gather4(char *out, const char *in, const int64_t dim[4], const in
             }
 }
 
-/* PERMUTE: out.shape[i] = in.shape[perm[i]], perm = n->ip[0..rank). */
+/* PERMUTE: out.shape[i] = in.shape[perm[i]] (permute_axis). */
 static void kn_permute(const node *n, const node *x, void *out, const void *in, size_t es) {
     int64_t xstride[MN_MAX_RANK], acc = 1, dim[4], st[4];
     for (int i = x->rank - 1; i >= 0; i--) {
@@ -146,7 +148,7 @@ static void kn_permute(const node *n, const node *x, void *out, const void *in, 
     }
     kn_pad4(dim, n->rank, n->shape);
     for (int d = 0; d < 4; d++) st[d] = 0;
-    for (int i = 0; i < n->rank; i++) st[4 - n->rank + i] = xstride[n->ip[i]];
+    for (int i = 0; i < n->rank; i++) st[4 - n->rank + i] = xstride[permute_axis(n, i)];
     kn_gather4(out, in, dim, st, es);
 }
 

@@ -72,7 +72,7 @@ static void KN(gemm)(real *restrict c, const real *restrict a, const real *restr
  * [N,K] | [B,N,K]); a rank-2 operand is shared across the batch. */
 KN_DEF(matmul) {
     const node *A = kn_in(g, n, 0), *B = kn_in(g, n, 1);
-    const bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    const bool ta = matmul_attrs_of(n).trans_a, tb = matmul_attrs_of(n).trans_b;
     const int64_t M = A->shape[A->rank - (ta ? 1 : 2)], K = A->shape[A->rank - (ta ? 2 : 1)];
     const int64_t N = B->shape[B->rank - (tb ? 2 : 1)];
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
@@ -145,7 +145,7 @@ static inline real KN(gelu_tanh1)(real x) {
         }                                                                                          \
     }
 
-KN_UNARY(scale, v * (real)n->fp[0])
+KN_UNARY(scale, v * (real)scale_factor(n))
 KN_UNARY(neg, -v)
 KN_UNARY(exp, exp(v))
 KN_UNARY(log, log(v))
@@ -165,7 +165,7 @@ KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
 
 static void KN(reduce)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN], int kind) {
     int64_t outer, len, inner;
-    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), n->ip[0]);
+    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), reduce_attrs_of(n).axis);
     const real *x = in[0];
     real *y = out;
     for (int64_t o = 0; o < outer; o++)
@@ -191,7 +191,7 @@ KN_DEF(max) { KN(reduce)(g, n, out, in, KN_RED_MAX); }
 /* (x, y, dy) -> dx[x shape]: each dy goes to the first argmax of its slice. */
 KN_DEF(max_bwd) {
     int64_t outer, len, inner;
-    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), n->ip[0]);
+    kn_axis_split(&outer, &len, &inner, kn_in(g, n, 0), reduce_attrs_of(n).axis);
     const real *x = in[0], *dy = in[2];
     real *dx = out;
     for (int64_t i = 0, cnt = kn_numel(n); i < cnt; i++) dx[i] = 0;
@@ -319,11 +319,12 @@ KN_DEF(cross_entropy) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
-    const double eps = n->fp[0];
+    const mn_ce_attrs a = ce_attrs_of(n);
+    const double eps = a.smoothing;
     double tot = 0;
     int64_t cnt = 0;
     for (int64_t b = 0; b < B; b++) {
-        if (n->ip[0] && lab[b] == n->ip[1]) continue;
+        if (a.use_ignore && lab[b] == a.ignore_index) continue;
         cnt++;
         if (lab[b] < 0 || lab[b] >= C) continue;
         const real *x = (const real *)in[0] + b * C;
@@ -350,19 +351,20 @@ KN_DEF(cross_entropy_bwd) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
-    const double eps = n->fp[0];
+    const mn_ce_attrs a = ce_attrs_of(n);
+    const double eps = a.smoothing;
     double count = (double)B;
     if (n->nin > 3) {
         count = (double)*(const real *)in[3];
-    } else if (n->ip[0]) {
+    } else if (a.use_ignore) {
         count = 0;
-        for (int64_t b = 0; b < B; b++) count += lab[b] != n->ip[1];
+        for (int64_t b = 0; b < B; b++) count += lab[b] != a.ignore_index;
     }
     const double scale = count > 0 ? (double)*(const real *)in[2] / count : 0.0;
     for (int64_t b = 0; b < B; b++) {
         const real *x = (const real *)in[0] + b * C;
         real *dx = (real *)out + b * C, m;
-        if (lab[b] < 0 || lab[b] >= C || (n->ip[0] && lab[b] == n->ip[1])) {
+        if (lab[b] < 0 || lab[b] >= C || (a.use_ignore && lab[b] == a.ignore_index)) {
             for (int64_t j = 0; j < C; j++) dx[j] = 0;
             continue;
         }
@@ -399,7 +401,7 @@ KN_DEF(cross_entropy_dense_bwd) {
         const real *x = (const real *)in[0] + b * C, *t = (const real *)in[1] + b * C;
         real *d = (real *)out + b * C, m;
         const double s = KN(row_stats)(x, C, &m), lse = log(s) + (double)m;
-        if (n->ip[0] == 1) {
+        if (ce_dense_wrt_targets(n)) {
             for (int64_t j = 0; j < C; j++) d[j] = (real)(-((double)x[j] - lse) * scale);
         } else {
             double ts = 0;
@@ -528,14 +530,15 @@ KN_DEF(conv2d_bwd_weight) {
  * xp [H,W], or -1 if the window lies wholly in the padding. ip as MAXPOOL2D;
  * a stride of 0 means the kernel size. */
 static int64_t KN(pool_arg)(const node *n, const real *xp, int64_t H, int64_t W, int64_t oh, int64_t ow) {
-    const int64_t kh = n->ip[0], kw = n->ip[1];
-    const int64_t sh = n->ip[2] > 0 ? n->ip[2] : kh, sw = n->ip[3] > 0 ? n->ip[3] : kw;
+    const mn_pool_attrs a = pool_attrs_of(n);
+    const int64_t kh = a.kernel[0], kw = a.kernel[1];
+    const int64_t sh = a.stride[0] > 0 ? a.stride[0] : kh, sw = a.stride[1] > 0 ? a.stride[1] : kw;
     int64_t arg = -1;
     for (int64_t i = 0; i < kh; i++) {
-        const int64_t ih = oh * sh - n->ip[4] + i;
+        const int64_t ih = oh * sh - a.pad[0] + i;
         if (ih < 0 || ih >= H) continue;
         for (int64_t j = 0; j < kw; j++) {
-            const int64_t iw = ow * sw - n->ip[5] + j;
+            const int64_t iw = ow * sw - a.pad[1] + j;
             if (iw < 0 || iw >= W) continue;
             if (arg < 0 || KN(beats)(xp[ih * W + iw], xp[arg])) arg = ih * W + iw;
         }
@@ -578,7 +581,7 @@ KN_DEF(maxpool2d_bwd) {
     }
 }
 
-/* ---- unary backward: (x, y, dy) -> dy * f'(x), ip[0] = forward op -------- */
+/* ---- unary backward: (x, y, dy) -> dy * f'(x), bwd_of = forward op ------- */
 
 static inline real KN(dunary)(op_id op, real x, real y) {
     switch (op) {
@@ -600,7 +603,7 @@ static inline real KN(dunary)(op_id op, real x, real y) {
         const real s = KN(sigmoid1)(x);
         return s * ((real)1 + x * ((real)1 - s));
     }
-    default: MN_ASSERT(!"unary_bwd: ip[0] is not a differentiable unary op"); return 0;
+    default: MN_ASSERT(!"unary_bwd: the forward op is not a differentiable unary op"); return 0;
     }
 }
 
@@ -608,7 +611,7 @@ static inline real KN(dunary)(op_id op, real x, real y) {
 KN_DEF(unary_bwd) {
     const real *x = in[0], *y = in[1], *dy = in[2];
     real *dx = out;
-    const op_id op = (op_id)n->ip[0];
+    const op_id op = bwd_of(n);
     const int64_t cnt = kn_numel(n);
     (void)g;
     if (op == OP_RELU) {
@@ -625,11 +628,11 @@ static real KN(clip_of)(const node *n, void *const in[NODE_MAX_IN], int idx) {
     return n->nin > idx ? *(const real *)in[idx] : (real)1;
 }
 
-/* ip[1]: the last input is a STEP_GATE whose element 1 says "skip": then the
+/* gated: the last input is a STEP_GATE whose element 1 says "skip": then the
  * parameter keeps its value (copied only if out is not in[0]) and the state
  * is not touched. A branch, not a multiplication by 0 (0 * NaN is NaN). */
 static bool KN(skipped)(const mn_graph *g, const node *n, void *out, void *const in[NODE_MAX_IN], int idx) {
-    if (!n->ip[1] || n->nin <= idx || ((const real *)in[idx])[1] == 0) return false;
+    if (!optim_attrs_of(n).gated || n->nin <= idx || ((const real *)in[idx])[1] == 0) return false;
     if (out != in[0]) memcpy(out, in[0], (size_t)kn_numel(n) * sizeof(real));
     (void)g;
     return true;
@@ -642,9 +645,10 @@ KN_DEF(sgd_update) {
     real *p = out, *buf = in[2];
     if (KN(skipped)(g, n, out, in, 4)) return;
     const real clip = KN(clip_of)(n, in, 4);
-    const real lr = (real)((double)hyper[0] * n->fp[0]);
-    const real mom = (real)n->fp[1], wd = (real)n->fp[4];
-    const bool nesterov = n->ip[0] != 0;
+    const mn_optim_attrs a = optim_attrs_of(n);
+    const real lr = (real)((double)hyper[0] * a.lr_mult);
+    const real mom = (real)a.beta1, wd = (real)a.weight_decay;
+    const bool nesterov = a.variant;
     const int64_t cnt = kn_numel(n);
     (void)g;
     for (int64_t i = 0; i < cnt; i++) {
@@ -660,16 +664,17 @@ KN_DEF(sgd_update) {
     }
 }
 
-/* torch.optim.Adam (ip[0] = 0, L2 into the gradient) / AdamW (ip[0] = 1,
+/* torch.optim.Adam (variant 0, L2 into the gradient) / AdamW (variant 1,
  * decoupled decay). in: param, grad, m, v, hyper[, clip]. */
 KN_DEF(adam_update) {
     const real *p0 = in[0], *gr = in[1], *hyper = in[4];
     real *p = out, *m = in[2], *v = in[3];
     if (KN(skipped)(g, n, out, in, 5)) return;
     const real clip = KN(clip_of)(n, in, 5);
-    const real lr = (real)((double)hyper[0] * n->fp[0]), bc1 = hyper[1], bc2 = hyper[2];
-    const real b1 = (real)n->fp[1], b2 = (real)n->fp[2], eps = (real)n->fp[3], wd = (real)n->fp[4];
-    const bool decoupled = n->ip[0] != 0;
+    const mn_optim_attrs a = optim_attrs_of(n);
+    const real lr = (real)((double)hyper[0] * a.lr_mult), bc1 = hyper[1], bc2 = hyper[2];
+    const real b1 = (real)a.beta1, b2 = (real)a.beta2, eps = (real)a.eps, wd = (real)a.weight_decay;
+    const bool decoupled = a.variant;
     const int64_t cnt = kn_numel(n);
     (void)g;
     for (int64_t i = 0; i < cnt; i++) {
@@ -685,9 +690,9 @@ KN_DEF(adam_update) {
     }
 }
 
-/* x scalar (a sum of squares) -> min(1, fp[0] / (sqrt(x) + 1e-6)). */
+/* x scalar (a sum of squares) -> min(1, clip_norm / (sqrt(x) + 1e-6)). */
 KN_DEF(clip_coef) {
-    const double c = n->fp[0] / (sqrt((double)*(const real *)in[0]) + 1e-6);
+    const double c = clip_norm(n) / (sqrt((double)*(const real *)in[0]) + 1e-6);
     (void)g;
     *(real *)out = (real)(c < 1 ? c : 1);
 }
@@ -698,8 +703,8 @@ KN_DEF(step_gate) {
     const double ss = n->nin > 1 ? (double)*(const real *)in[1] : 0.0;
     real *y = out;
     double c = 1.0;
-    if (n->fp[0] > 0) {
-        const double v = n->fp[0] / (sqrt(ss) + 1e-6);
+    if (clip_norm(n) > 0) {
+        const double v = clip_norm(n) / (sqrt(ss) + 1e-6);
         if (v < 1) c = v; /* NaN: 1, like clip_coef */
     }
     y[0] = (real)c;
@@ -727,7 +732,7 @@ KN_DEF(sumsq) {
 /* ---- the table ----------------------------------------------------------- */
 
 const cpu_kernel_fn KN_CAT(cpu_kernels, KN_SUFFIX)[OP_COUNT] = {
-#define MN_OP(E, nm, lo, hi, bwd) [OP_##E] = KN(nm),
+#define MN_OP(E, nm, lo, hi, bwd, fl, wr, fu) [OP_##E] = KN(nm),
 #include "graph/ops.def"
 #undef MN_OP
 };

@@ -24,12 +24,13 @@ static int64_t KN(axis_view)(const node *x, int64_t axis, int64_t *outer, int64_
     return x->shape[axis];
 }
 
-/* x -> x[..., start:start+length, ...] on axis ip[0]: one contiguous block
- * of length*inner elements per outer index. */
+/* x -> x[..., start:start+length, ...] on the slice's axis: one contiguous
+ * block of length*inner elements per outer index. */
 KN_DEF(slice) {
     int64_t outer, inner;
-    const int64_t D = KN(axis_view)(kn_in(g, n, 0), n->ip[0], &outer, &inner);
-    const int64_t start = n->ip[1], len = n->ip[2];
+    const mn_slice_attrs a = slice_attrs_of(n);
+    const int64_t D = KN(axis_view)(kn_in(g, n, 0), a.axis, &outer, &inner);
+    const int64_t start = a.start, len = a.length;
     const real *x = in[0];
     real *y = out;
     for (int64_t o = 0; o < outer; o++)
@@ -42,7 +43,8 @@ KN_DEF(pad) {
     int64_t xd[4], yd[4], bf[4] = {0, 0, 0, 0};
     KN(dims4)(xd, X);
     KN(dims4)(yd, n);
-    for (int i = 0; i < X->rank; i++) bf[4 - X->rank + i] = n->ip[i];
+    const mn_pad_attrs pa = pad_attrs_of(n);
+    for (int i = 0; i < X->rank; i++) bf[4 - X->rank + i] = pa.before[i];
     const real *x = in[0];
     real *y = out;
     int64_t k = 0;
@@ -59,33 +61,35 @@ KN_DEF(pad) {
             }
 }
 
-/* Inputs joined along ip[0]: per outer index, each input's block in turn. */
+/* Inputs joined along the concat axis: per outer index, each input's block in turn. */
 KN_DEF(concat) {
     int64_t outer, inner;
-    const int64_t L = KN(axis_view)(n, n->ip[0], &outer, &inner);
+    const int64_t axis = concat_axis(n);
+    const int64_t L = KN(axis_view)(n, axis, &outer, &inner);
     real *y = out;
     for (int64_t o = 0; o < outer; o++) {
         int64_t off = 0;
         for (int k = 0; k < n->nin; k++) {
-            const int64_t lk = kn_in(g, n, k)->shape[n->ip[0]];
+            const int64_t lk = kn_in(g, n, k)->shape[axis];
             memcpy(y + (o * L + off) * inner, (const real *)in[k] + o * lk * inner, (size_t)(lk * inner) * sizeof(real));
             off += lk;
         }
     }
 }
 
-/* ---- average pooling: ip[0..1] kernel, [2..3] stride, [4..5] pad, [6] divisor */
+/* ---- average pooling: kernel, stride, pad and divisor of mn_pool_attrs ---- */
 
 /* Divisor of the window at (oh, ow) over an H x W plane: PyTorch's
  * avg_pool2d. Mode 1 (count_include_pad): the window clipped to the padded
  * plane (the full kernel area without ceil_mode); mode 0: its cells inside
  * the plane; mode 2: 1 (sum pooling). */
 static int64_t KN(avg_div)(const node *n, int64_t H, int64_t W, int64_t oh, int64_t ow) {
-    const int64_t hs = oh * n->ip[2] - n->ip[4], ws = ow * n->ip[3] - n->ip[5];
-    int64_t he = hs + n->ip[0], we = ws + n->ip[1];
-    if (n->ip[6] == 2) return 1;
-    if (n->ip[6] == 1) {
-        const int64_t hp = H + n->ip[4], wp = W + n->ip[5];
+    const mn_pool_attrs a = pool_attrs_of(n);
+    const int64_t hs = oh * a.stride[0] - a.pad[0], ws = ow * a.stride[1] - a.pad[1];
+    int64_t he = hs + a.kernel[0], we = ws + a.kernel[1];
+    if (a.divisor == POOL_DIV_NONE) return 1;
+    if (a.divisor == POOL_DIV_AREA) {
+        const int64_t hp = H + a.pad[0], wp = W + a.pad[1];
         return ((he < hp ? he : hp) - hs) * ((we < wp ? we : wp) - ws);
     }
     he = he < H ? he : H;
@@ -98,14 +102,16 @@ KN_DEF(avgpool2d) {
     const node *X = kn_in(g, n, 0);
     const int64_t H = X->shape[2], W = X->shape[3], OH = n->shape[2], OW = n->shape[3];
     const int64_t planes = X->shape[0] * X->shape[1];
+    const mn_pool_attrs a = pool_attrs_of(n);
     for (int64_t p = 0; p < planes; p++) {
         const real *xp = (const real *)in[0] + p * H * W;
         real *yp = (real *)out + p * OH * OW;
         for (int64_t oh = 0; oh < OH; oh++)
             for (int64_t ow = 0; ow < OW; ow++) {
-                const int64_t hs = oh * n->ip[2] - n->ip[4], ws = ow * n->ip[3] - n->ip[5];
+                const int64_t hs = oh * a.stride[0] - a.pad[0], ws = ow * a.stride[1] - a.pad[1];
                 const int64_t h0 = hs > 0 ? hs : 0, w0 = ws > 0 ? ws : 0;
-                const int64_t h1 = hs + n->ip[0] < H ? hs + n->ip[0] : H, w1 = ws + n->ip[1] < W ? ws + n->ip[1] : W;
+                const int64_t h1 = hs + a.kernel[0] < H ? hs + a.kernel[0] : H;
+                const int64_t w1 = ws + a.kernel[1] < W ? ws + a.kernel[1] : W;
                 double s = 0;
                 for (int64_t ih = h0; ih < h1; ih++)
                     for (int64_t iw = w0; iw < w1; iw++) s += xp[ih * W + iw];
@@ -128,15 +134,16 @@ KN_DEF(avgpool2d_bwd) {
     const node *DY = kn_in(g, n, 0);
     const int64_t H = n->shape[2], W = n->shape[3], OH = DY->shape[2], OW = DY->shape[3];
     const int64_t planes = n->shape[0] * n->shape[1];
+    const mn_pool_attrs a = pool_attrs_of(n);
     for (int64_t p = 0; p < planes; p++) {
         const real *dyp = (const real *)in[0] + p * OH * OW;
         real *dxp = (real *)out + p * H * W;
         for (int64_t ih = 0; ih < H; ih++) {
             int64_t oh0, oh1;
-            KN(win_range)(ih, n->ip[2], n->ip[4], n->ip[0], OH, &oh0, &oh1);
+            KN(win_range)(ih, a.stride[0], a.pad[0], a.kernel[0], OH, &oh0, &oh1);
             for (int64_t iw = 0; iw < W; iw++) {
                 int64_t ow0, ow1;
-                KN(win_range)(iw, n->ip[3], n->ip[5], n->ip[1], OW, &ow0, &ow1);
+                KN(win_range)(iw, a.stride[1], a.pad[1], a.kernel[1], OW, &ow0, &ow1);
                 double s = 0;
                 for (int64_t oh = oh0; oh <= oh1; oh++)
                     for (int64_t ow = ow0; ow <= ow1; ow++)
@@ -151,7 +158,7 @@ KN_DEF(avgpool2d_bwd) {
 KN_DEF(upsample_nearest2d) {
     const node *X = kn_in(g, n, 0);
     const int64_t H = X->shape[2], W = X->shape[3], OH = n->shape[2], OW = n->shape[3];
-    const int64_t sh = n->ip[0], sw = n->ip[1], planes = X->shape[0] * X->shape[1];
+    const int64_t sh = upsample_attrs_of(n).scale[0], sw = upsample_attrs_of(n).scale[1], planes = X->shape[0] * X->shape[1];
     for (int64_t p = 0; p < planes; p++) {
         const real *xp = (const real *)in[0] + p * H * W;
         real *yp = (real *)out + p * OH * OW;
@@ -161,12 +168,13 @@ KN_DEF(upsample_nearest2d) {
 }
 
 /* (running, value[, gate]) -> running = (1 - m) * running + m * (scale * value),
- * m = fp[0], scale = fp[1]; out is running's storage (in place). A gate
+ * m = momentum, scale of mn_ema_attrs; out is running's storage (in place). A gate
  * (STEP_GATE) whose element 1 is not 0 skips the update. */
 KN_DEF(ema_update) {
     const real *r = in[0], *v = in[1];
     real *y = out;
-    const real keep = (real)(1.0 - n->fp[0]), m = (real)n->fp[0], sc = (real)n->fp[1];
+    const mn_ema_attrs a = ema_attrs_of(n);
+    const real keep = (real)(1.0 - a.momentum), m = (real)a.momentum, sc = (real)a.scale;
     (void)g;
     if (n->nin > 2 && ((const real *)in[2])[1] != 0) {
         if (y != r) memcpy(y, r, (size_t)kn_numel(n) * sizeof(real));

@@ -13,7 +13,8 @@
         const real *x = in[0];                                                                     \
         real *y = out;                                                                             \
         const int64_t cnt = kn_numel(n);                                                           \
-        (void)g;                                                                                   \
+        const mn_pw_attrs a = pw_attrs_of(n);                                                      \
+        (void)g, (void)a;                                                                          \
         for (int64_t i = 0; i < cnt; i++) {                                                        \
             const real v = x[i];                                                                   \
             y[i] = (EXPR);                                                                         \
@@ -22,8 +23,8 @@
 
 KN_PW_UNARY(abs, fabs(v))
 /* NaN passes through (both comparisons are false). */
-KN_PW_UNARY(clamp, v < (real)n->fp[0] ? (real)n->fp[0] : (v > (real)n->fp[1] ? (real)n->fp[1] : v))
-KN_PW_UNARY(pow, pow(v, (real)n->fp[0]))
+KN_PW_UNARY(clamp, v < (real)a.min ? (real)a.min : (v > (real)a.max ? (real)a.max : v))
+KN_PW_UNARY(pow, pow(v, (real)a.exponent))
 #undef KN_PW_UNARY
 
 /* (cond, a, b) -> cond != 0 ? a : b, all three broadcast to the node's shape. */
@@ -44,15 +45,14 @@ KN_DEF(where) {
                 }
 }
 
-/* (x[, counter]) -> x * 1/(1-p) where the element's hash is >= ip[1], else
- * 0 (graph/pointwise.h defines the hash). y may alias x. */
+/* (x[, counter]) -> x * 1/(1-p) where the element's hash is >= the
+ * threshold, else 0 (graph/pointwise.h defines the hash). y may alias x. */
 KN_DEF(dropout) {
-    uint64_t seed;
-    memcpy(&seed, &n->ip[0], sizeof seed);
-    uint32_t key = pw_dropout_key(seed);
+    const mn_dropout_attrs a = dropout_attrs_of(n);
+    uint32_t key = pw_dropout_key(a.seed);
     if (n->nin > 1) key = pw_dropout_key_counter(key, *(const int32_t *)in[1]);
-    const uint64_t thr = (uint64_t)n->ip[1];
-    const real scale = (real)pw_dropout_scale(n->fp[0]);
+    const uint64_t thr = (uint64_t)a.threshold;
+    const real scale = (real)pw_dropout_scale(a.p);
     const real *x = in[0];
     real *y = out;
     (void)g;
@@ -60,16 +60,16 @@ KN_DEF(dropout) {
         y[i] = (uint64_t)pw_dropout_hash(key, (uint64_t)i) >= thr ? x[i] * scale : (real)0;
 }
 
-/* (x, dy) -> dy * f'(x) for ip[0] = ABS (sign x, 0 at 0), CLAMP (1 strictly
+/* (x, dy) -> dy * f'(x) for the forward op ABS (sign x, 0 at 0), CLAMP (1 strictly
  * inside (min, max), else 0), POW (p x^(p-1); 0 for p == 0). dx may alias
  * x or dy. */
 KN_DEF(pw_bwd) {
     const real *x = in[0], *dy = in[1];
     real *dx = out;
     const int64_t cnt = kn_numel(n);
-    const real f0 = (real)n->fp[0], f1 = (real)n->fp[1], pm1 = (real)(n->fp[0] - 1.0);
+    const mn_pw_attrs a = pw_attrs_of(n);
     (void)g;
-    switch ((op_id)n->ip[0]) {
+    switch (bwd_of(n)) {
     case OP_ABS:
         for (int64_t i = 0; i < cnt; i++) {
             const real v = x[i], s = v > 0 ? (real)1 : (v < 0 ? (real)-1 : (real)0);
@@ -77,19 +77,22 @@ KN_DEF(pw_bwd) {
         }
         break;
     case OP_CLAMP:
-        for (int64_t i = 0; i < cnt; i++) dx[i] = x[i] > f0 && x[i] < f1 ? dy[i] : (real)0;
+        for (int64_t i = 0; i < cnt; i++) dx[i] = x[i] > (real)a.min && x[i] < (real)a.max ? dy[i] : (real)0;
         break;
     case OP_POW:
-        for (int64_t i = 0; i < cnt; i++) dx[i] = f0 == 0 ? (real)0 : dy[i] * (f0 * pow(x[i], pm1));
+    {
+        const real p = (real)a.exponent, pm1 = (real)(a.exponent - 1.0);
+        for (int64_t i = 0; i < cnt; i++) dx[i] = p == 0 ? (real)0 : dy[i] * (p * pow(x[i], pm1));
+    }
         break;
-    default: MN_ASSERT(!"pw_bwd: ip[0] is not abs, clamp or pow");
+    default: MN_ASSERT(!"pw_bwd: the forward op is not abs, clamp or pow");
     }
 }
 
-/* labels i32 [B] -> number of labels != ip[1] (f32 scalar). */
+/* labels i32 [B] -> number of labels != ignore_index (f32 scalar). */
 KN_DEF(ce_count) {
     const int32_t *lab = in[0];
     int64_t c = 0;
-    for (int64_t b = 0, cnt = kn_numel(kn_in(g, n, 0)); b < cnt; b++) c += lab[b] != n->ip[1];
+    for (int64_t b = 0, cnt = kn_numel(kn_in(g, n, 0)); b < cnt; b++) c += lab[b] != ce_attrs_of(n).ignore_index;
     *(real *)out = (real)c;
 }

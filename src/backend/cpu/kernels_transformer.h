@@ -44,9 +44,10 @@ static void kn_attn_init(kn_attn *a, const mn_graph *g, const node *n, void *con
     a->B = q->shape[0], a->Hq = q->shape[1], a->Tq = q->shape[2], a->D = q->shape[3];
     a->Hkv = k->shape[1], a->Tk = k->shape[2];
     a->grp = a->Hq / a->Hkv;
-    a->causal = n->ip[0] != 0;
-    a->window = n->ip[1];
-    a->scale = n->fp[0];
+    const mn_attention_attrs at = attention_attrs_of(n);
+    a->causal = at.causal != 0;
+    a->window = at.window;
+    a->scale = at.scale;
     if (n->nin > pos_at) {
         const int64_t pos = kn_tr_pos(n, in, pos_at), len = pos + a->Tq;
         a->off = pos;
@@ -105,13 +106,14 @@ KN_DEF(embedding_bwd) {
 
 /* ---- rotary embedding: x [..., T, Dh] ------------------------------------ */
 
-/* Row r (time t = r % T) at position p = ip[0] + pos + t; the angle of pair
- * i is p * theta^(-2i/Dh), formed and rotated in double; ip[1] negates it. */
+/* Row r (time t = r % T) at position p = offset + pos + t; the angle of pair
+ * i is p * theta^(-2i/Dh), formed and rotated in double; inverse negates it. */
 KN_DEF(rope) {
     const node *X = kn_in(g, n, 0);
     const int64_t Dh = X->shape[X->rank - 1], T = X->shape[X->rank - 2], half = Dh / 2;
-    const int64_t rows = kn_numel(X) / Dh, p0 = n->ip[0] + kn_tr_pos(n, in, 1);
-    const double theta = n->fp[0], sign = n->ip[1] ? -1.0 : 1.0;
+    const mn_rope_attrs ra = rope_attrs_of(n);
+    const int64_t rows = kn_numel(X) / Dh, p0 = ra.offset + kn_tr_pos(n, in, 1);
+    const double theta = ra.theta, sign = ra.inverse ? -1.0 : 1.0;
     const real *x = in[0];
     real *y = out;
     for (int64_t r = 0; r < rows; r++) {
@@ -243,14 +245,14 @@ KN_DEF(attention_bwd_q) {
         }
 }
 
-/* (q, k, v, dout, prep[, pos]) -> ip[2] = 0: dk_j = scale * sum dS_ij q_i,
+/* (q, k, v, dout, prep[, pos]) -> wrt 0: dk_j = scale * sum dS_ij q_i,
  * 1: dv_j = sum P_ij dout_i; sums over the query rows i of every query head
  * of kv head j's group. */
 KN_DEF(attention_bwd_kv) {
     kn_attn a;
     kn_attn_init(&a, g, n, in, 5);
     const real *q = in[0], *k = in[1], *v = in[2], *dout = in[3], *prep = in[4];
-    const bool wrt_v = n->ip[2] != 0;
+    const bool wrt_v = attention_attrs_of(n).wrt != 0;
     real *dkv = out;
     for (int64_t b = 0; b < a.B; b++)
         for (int64_t hk = 0; hk < a.Hkv; hk++)

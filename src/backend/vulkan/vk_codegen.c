@@ -8,7 +8,7 @@ typedef struct {
 extern const vk_embedded vk_embedded_templates[];
 
 static const vk_gen_fn gen_table[OP_COUNT] = {
-#define MN_OP(E, name, lo, hi, bwd) [OP_##E] = vkgen_##name,
+#define MN_OP(E, name, lo, hi, bwd, fl, wr, fu) [OP_##E] = vkgen_##name,
 #include "graph/ops.def"
 #undef MN_OP
 };
@@ -65,7 +65,10 @@ void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local)
 }
 
 bool vk_input_written(const node *n, int i) {
-    return (n->op == OP_SGD_UPDATE && i == 2) || (n->op == OP_ADAM_UPDATE && (i == 2 || i == 3));
+    /* input 0 of an aliasing op is the node's own storage: written through
+     * the output binding */
+    if (i == 0 && op_has(n->op, OPF_ALIAS)) return false;
+    return op_writes_input(n->op, i);
 }
 
 /* Operands larger than one binding (memplan_pages): <op>_PAGES and

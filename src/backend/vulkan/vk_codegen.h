@@ -31,6 +31,7 @@
 #ifndef MN_VK_CODEGEN_H
 #define MN_VK_CODEGEN_H
 
+#include "graph/attrs.h"
 #include "graph/graph.h"
 #include "memplan/memplan.h"
 
@@ -98,13 +99,14 @@ void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local)
  * buffer/offset defines common to all are added by vk_codegen_node. */
 typedef mn_status (*vk_gen_fn)(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                char *err, size_t cap);
-#define MN_OP(E, name, lo, hi, bwd) \
+#define MN_OP(E, name, lo, hi, bwd, fl, wr, fu) \
     mn_status vkgen_##name(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap);
 #include "graph/ops.def"
 #undef MN_OP
 
-/* True if the kernel of n writes input i (besides its output): the optimizer
- * updates write their state in place. Every other input is `readonly`. */
+/* True if the kernel of n writes input i (besides its output): the writes
+ * column of ops.def (optimizer state) less the aliased input 0. Every other
+ * input is `readonly`. */
 bool vk_input_written(const node *n, int i);
 
 /* The eltwise gather of vk_gen_pointwise.c (NIN, IX0..IX2 with the inputs

@@ -50,7 +50,7 @@ static void read_strides(int64_t st[4], const mn_graph *g, const node *m, int s)
         acc *= x->shape[i];
     }
     for (int d = 0; d < 4; d++) st[d] = 0;
-    for (int i = 0; i < m->rank; i++) st[4 - m->rank + i] = xs[m->ip[i]];
+    for (int i = 0; i < m->rank; i++) st[4 - m->rank + i] = xs[permute_axis(m, i)];
 }
 
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,

@@ -56,23 +56,25 @@ static mn_status gen_pad(vk_kernel *k, const mn_graph *g, const node *n, const v
     return MN_OK;
 }
 
-/* x -> the part [start, start + length) of axis ip[0]. */
+/* x -> the part [start, start + length) of the slice's axis. */
 mn_status vkgen_slice(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     int64_t pb[4] = {0, 0, 0, 0};
-    pb[4 - n->rank + n->ip[0]] = -n->ip[1];
+    const mn_slice_attrs a = slice_attrs_of(n);
+    pb[4 - n->rank + a.axis] = -a.start;
     return gen_pad(k, g, n, caps, pb, err, cap);
 }
 
-/* ip[i] zero cells before axis i (ip[4 + i] after: implied by the shapes). */
+/* before[i] zero cells before axis i (after[i]: implied by the shapes). */
 mn_status vkgen_pad(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     int64_t pb[4] = {0, 0, 0, 0};
-    for (int i = 0; i < n->rank; i++) pb[4 - n->rank + i] = n->ip[i];
+    const mn_pad_attrs a = pad_attrs_of(n);
+    for (int i = 0; i < n->rank; i++) pb[4 - n->rank + i] = a.before[i];
     return gen_pad(k, g, n, caps, pb, err, cap);
 }
 
-/* Inputs joined along ip[0]; the output viewed as [outer, L, inner]. */
+/* Inputs joined along the concat axis; the output viewed as [outer, L, inner]. */
 mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    const int64_t axis = n->ip[0];
+    const int64_t axis = concat_axis(n);
     int64_t inner = 1;
     for (int i = (int)axis + 1; i < n->rank; i++) inner *= n->shape[i];
     k->tmpl = "concat";
@@ -101,12 +103,13 @@ mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_
  * the backward) and the pooled plane OH x OW. */
 static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const node *x,
                              int64_t OH, int64_t OW, bool bwd, char *err, size_t cap) {
+    const mn_pool_attrs a = pool_attrs_of(n);
     const struct {
         const char *name;
         int64_t v;
-    } d[] = {{"AP_H", x->shape[2]}, {"AP_W", x->shape[3]}, {"AP_OH", OH},        {"AP_OW", OW},
-             {"AP_KH", n->ip[0]},   {"AP_KW", n->ip[1]},   {"AP_SH", n->ip[2]},  {"AP_SW", n->ip[3]},
-             {"AP_PH", n->ip[4]},   {"AP_PW", n->ip[5]},   {"AP_DIV", n->ip[6]}, {"AP_BWD", bwd}};
+    } d[] = {{"AP_H", x->shape[2]},  {"AP_W", x->shape[3]},  {"AP_OH", OH},           {"AP_OW", OW},
+             {"AP_KH", a.kernel[0]}, {"AP_KW", a.kernel[1]}, {"AP_SH", a.stride[0]},  {"AP_SW", a.stride[1]},
+             {"AP_PH", a.pad[0]},    {"AP_PW", a.pad[1]},    {"AP_DIV", a.divisor},   {"AP_BWD", bwd}};
     for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
     k->tmpl = "avgpool2d";
     layout_launch(k, caps, n);
@@ -132,8 +135,9 @@ mn_status vkgen_upsample_nearest2d(vk_kernel *k, const mn_graph *g, const node *
     vk_def(k, "UP_W", "%lld", (long long)x->shape[3]);
     vk_def(k, "UP_OH", "%lld", (long long)n->shape[2]);
     vk_def(k, "UP_OW", "%lld", (long long)n->shape[3]);
-    vk_def(k, "UP_SH", "%lld", (long long)n->ip[0]);
-    vk_def(k, "UP_SW", "%lld", (long long)n->ip[1]);
+    const mn_upsample_attrs a = upsample_attrs_of(n);
+    vk_def(k, "UP_SH", "%lld", (long long)a.scale[0]);
+    vk_def(k, "UP_SW", "%lld", (long long)a.scale[1]);
     k->tmpl = "upsample_nearest2d";
     layout_launch(k, caps, n);
     return MN_OK;
@@ -149,7 +153,8 @@ static void def_float(vk_kernel *k, const char *name, float v) {
 mn_status vkgen_ema_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                            size_t cap) {
     /* the CPU's (real) casts of the same double expressions */
-    const float keep = (float)(1.0 - n->fp[0]), m = (float)n->fp[0], sc = (float)n->fp[1];
+    const mn_ema_attrs a = ema_attrs_of(n);
+    const float keep = (float)(1.0 - a.momentum), m = (float)a.momentum, sc = (float)a.scale;
     if (!isfinite(keep) || !isfinite(m) || !isfinite(sc))
         return layout_fail(g, n, MN_E_INVALID, err, cap, "momentum or scale is not finite");
     def_float(k, "EMA_KEEP", keep);

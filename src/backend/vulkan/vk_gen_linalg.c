@@ -136,12 +136,12 @@ static void gemm_emit(vk_kernel *k, const vk_caps *caps, gemm_cfg c, int map, in
 
 /* ---- matmul --------------------------------------------------------------- */
 
-/* a: [M,K] | [B,M,K] ([K,M] | [B,K,M] with ip[0]); b: [K,N] | [B,K,N] ([N,K] |
- * [B,N,K] with ip[1]); c: [M,N] | [B,M,N]; a rank-2 operand is shared. */
+/* a: [M,K] | [B,M,K] ([K,M] | [B,K,M] with trans_a); b: [K,N] | [B,K,N] ([N,K] |
+ * [B,N,K] with trans_b); c: [M,N] | [B,M,N]; a rank-2 operand is shared. */
 mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                        size_t cap) {
     const node *A = in_node(g, n, 0), *B = in_node(g, n, 1);
-    const bool ta = n->ip[0] != 0, tb = n->ip[1] != 0;
+    const bool ta = matmul_attrs_of(n).trans_a, tb = matmul_attrs_of(n).trans_b;
     const int64_t M = A->shape[A->rank - (ta ? 1 : 2)], K = A->shape[A->rank - (ta ? 2 : 1)];
     const int64_t N = B->shape[B->rank - (tb ? 2 : 1)];
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
@@ -169,8 +169,9 @@ static conv_geo conv_geo_of(const node *n, const node *x, const node *w, const n
     c.N = x->shape[0], c.C = x->shape[1], c.H = x->shape[2], c.W = x->shape[3];
     c.O = w->shape[0], c.Cg = w->shape[1], c.KH = w->shape[2], c.KW = w->shape[3];
     c.OH = y->shape[2], c.OW = y->shape[3];
-    c.sh = pos1(n->ip[0]), c.sw = pos1(n->ip[1]), c.ph = n->ip[2], c.pw = n->ip[3];
-    c.dh = pos1(n->ip[4]), c.dw = pos1(n->ip[5]), c.groups = pos1(n->ip[6]);
+    const mn_conv_attrs a = conv_attrs_of(n);
+    c.sh = pos1(a.stride[0]), c.sw = pos1(a.stride[1]), c.ph = a.pad[0], c.pw = a.pad[1];
+    c.dh = pos1(a.dilation[0]), c.dw = pos1(a.dilation[1]), c.groups = pos1(a.groups);
     c.Og = c.O / c.groups;
     return c;
 }
@@ -253,19 +254,20 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
 
 /* ---- max pooling ---------------------------------------------------------- */
 
-/* x [N,C,H,W]; ip[0..1] kernel, ip[2..3] stride (0: the kernel), ip[4..5] pad. */
+/* x [N,C,H,W]; the pool's kernel, stride (0: the kernel) and padding. */
 static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, int64_t OW) {
-    const int64_t kh = n->ip[0], kw = n->ip[1];
+    const mn_pool_attrs a = pool_attrs_of(n);
+    const int64_t kh = a.kernel[0], kw = a.kernel[1];
     vk_def(k, "MP_H", "%lld", (long long)x->shape[2]);
     vk_def(k, "MP_W", "%lld", (long long)x->shape[3]);
     vk_def(k, "MP_OH", "%lld", (long long)OH);
     vk_def(k, "MP_OW", "%lld", (long long)OW);
     vk_def(k, "MP_KH", "%lld", (long long)kh);
     vk_def(k, "MP_KW", "%lld", (long long)kw);
-    vk_def(k, "MP_SH", "%lld", (long long)(n->ip[2] > 0 ? n->ip[2] : kh));
-    vk_def(k, "MP_SW", "%lld", (long long)(n->ip[3] > 0 ? n->ip[3] : kw));
-    vk_def(k, "MP_PH", "%lld", (long long)n->ip[4]);
-    vk_def(k, "MP_PW", "%lld", (long long)n->ip[5]);
+    vk_def(k, "MP_SH", "%lld", (long long)(a.stride[0] > 0 ? a.stride[0] : kh));
+    vk_def(k, "MP_SW", "%lld", (long long)(a.stride[1] > 0 ? a.stride[1] : kw));
+    vk_def(k, "MP_PH", "%lld", (long long)a.pad[0]);
+    vk_def(k, "MP_PW", "%lld", (long long)a.pad[1]);
 }
 
 mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,

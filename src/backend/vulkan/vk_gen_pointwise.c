@@ -252,7 +252,7 @@ VK_ELTWISE(broadcast, "a")
 
 mn_status vkgen_scale(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     char expr[96];
-    snprintf(expr, sizeof expr, "a * %s", flit_of((float)n->fp[0]).s);
+    snprintf(expr, sizeof expr, "a * %s", flit_of((float)scale_factor(n)).s);
     return gen_bcast(k, g, n, caps, expr, err, cap);
 }
 
@@ -260,7 +260,7 @@ mn_status vkgen_scale(vk_kernel *k, const mn_graph *g, const node *n, const vk_c
 mn_status vkgen_unary_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
     const char *expr;
-    switch ((op_id)n->ip[0]) {
+    switch (bwd_of(n)) {
     case OP_EXP: expr = "c * b"; break;
     case OP_LOG: expr = "c * (1.0 / a)"; break;
     case OP_SQRT: expr = "c * (0.5 / b)"; break;
@@ -273,7 +273,7 @@ mn_status vkgen_unary_bwd(vk_kernel *k, const mn_graph *g, const node *n, const 
     case OP_SILU: expr = "c * mn_dsilu(a)"; break;
     default: {
         char what[96];
-        snprintf(what, sizeof what, "ip[0] = %lld is not a differentiable unary op", (long long)n->ip[0]);
+        snprintf(what, sizeof what, "ip[0] = %lld is not a differentiable unary op", (long long)bwd_of(n));
         return fail(g, n, MN_E_INVALID, err, cap, what);
     }
     }
@@ -291,8 +291,9 @@ mn_status vkgen_permute(vk_kernel *k, const mn_graph *g, const node *n, const vk
         acc *= x->shape[i];
     }
     for (int i = 0; i < n->rank; i++) {
-        if (n->ip[i] < 0 || n->ip[i] >= x->rank) return fail(g, n, MN_E_INVALID, err, cap, "bad permutation");
-        st[0][4 - n->rank + i] = xs[n->ip[i]];
+        const int64_t p = permute_axis(n, i);
+        if (p < 0 || p >= x->rank) return fail(g, n, MN_E_INVALID, err, cap, "bad permutation");
+        st[0][4 - n->rank + i] = xs[p];
     }
     return gen_gather(k, g, n, caps, 1, (const int64_t(*)[4])st, "a", err, cap);
 }
@@ -354,21 +355,21 @@ static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, cons
 }
 
 mn_status vkgen_sum(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_SUM", false, &r, err, cap);
 }
 mn_status vkgen_mean(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_SUM", true, &r, err, cap);
 }
 mn_status vkgen_max(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_MAX", false, &r, err, cap);
 }
 /* (x, y, dy) -> dx: dy to the first argmax of each slice of x. */
 mn_status vkgen_max_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                         size_t cap) {
-    red_geom r = red_axis(in_node(g, n, 0), n->ip[0]);
+    red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_MAXBWD", false, &r, err, cap);
 }
 mn_status vkgen_sumsq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
@@ -434,16 +435,17 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "NC", "%lluu", (unsigned long long)C);
     vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
     vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
-    vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && n->ip[0] == 1 ? 1 : 0);
+    vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && ce_dense_wrt_targets(n) ? 1 : 0);
     if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
-        /* options: ignore_index (ip[0], ip[1]), label smoothing (fp[0]), and
-         * the backward's row count input (CE_COUNT) */
-        const double eps = n->fp[0];
-        if (n->ip[0]) {
+        /* options: ignore_index, label smoothing (mn_ce_attrs), and the
+         * backward's row count input (CE_COUNT) */
+        const mn_ce_attrs a = ce_attrs_of(n);
+        const double eps = a.smoothing;
+        if (a.use_ignore) {
             if (n->op == OP_CROSS_ENTROPY_BWD && n->nin < 4)
                 return fail(g, n, MN_E_INVALID, err, cap, "ignore_index needs the row count input (ce_count)");
             vk_def(k, "CE_IGNORE", "1");
-            vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)n->ip[1]);
+            vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)a.ignore_index);
         }
         if (n->nin > 3) vk_def(k, "CE_HAS_COUNT", "1");
         if (eps != 0) {
@@ -515,26 +517,27 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
     vk_def(k, "HYPER(j)", "X%d(j)", hyper);
     if (n->nin > hyper + 1) vk_def(k, "CLIP", "X%d(0)", hyper + 1);
     else vk_def(k, "CLIP", "1.0");
-    if (n->nin > hyper + 1 && n->ip[1]) vk_def(k, "SKIP", "X%d(1)", hyper + 1); /* a step_gate */
+    const mn_optim_attrs a = optim_attrs_of(n);
+    if (n->nin > hyper + 1 && a.gated) vk_def(k, "SKIP", "X%d(1)", hyper + 1); /* a step_gate */
     else vk_def(k, "SKIP", "0.0");
-    const float wd = (float)n->fp[4];
-    def_f32(k, "LR_MULT", (float)n->fp[0]);
+    const float wd = (float)a.weight_decay;
+    def_f32(k, "LR_MULT", (float)a.lr_mult);
     def_f32(k, "WD", wd);
     vk_def(k, "HAS_WD", "%d", wd != 0.0f);
     if (adam) {
-        const float b1 = (float)n->fp[1], b2 = (float)n->fp[2];
+        const float b1 = (float)a.beta1, b2 = (float)a.beta2;
         const float omb1 = 1.0f - b1, omb2 = 1.0f - b2; /* f32 like the CPU's (real)1 - b1 */
         def_f32(k, "B1", b1);
         def_f32(k, "B2", b2);
         def_f32(k, "ONE_M_B1", omb1);
         def_f32(k, "ONE_M_B2", omb2);
-        def_f32(k, "EPS", (float)n->fp[3]);
-        vk_def(k, "DECOUPLED", "%d", n->ip[0] != 0);
+        def_f32(k, "EPS", (float)a.eps);
+        vk_def(k, "DECOUPLED", "%d", a.variant);
     } else {
-        const float mom = (float)n->fp[1];
+        const float mom = (float)a.beta1;
         def_f32(k, "MOM", mom);
         vk_def(k, "HAS_MOM", "%d", mom != 0.0f);
-        vk_def(k, "NESTEROV", "%d", n->ip[0] != 0);
+        vk_def(k, "NESTEROV", "%d", a.variant);
     }
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
     return MN_OK;
@@ -553,7 +556,7 @@ mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const 
                           size_t cap) {
     k->tmpl = "optim";
     vk_def(k, "OPT_OP", "OPT_CLIP_COEF");
-    def_f32(k, "MAX_NORM", (float)n->fp[0]);
+    def_f32(k, "MAX_NORM", (float)clip_norm(n));
     vk_launch_1d(k, caps, 1, 1);
     return MN_OK;
 }
@@ -563,8 +566,8 @@ mn_status vkgen_step_gate(vk_kernel *k, const mn_graph *g, const node *n, const 
     k->tmpl = "optim";
     vk_def(k, "OPT_OP", "OPT_STEP_GATE");
     vk_def(k, "HAS_SUMSQ", "%d", n->nin > 1);
-    vk_def(k, "HAS_CLIP", "%d", n->fp[0] > 0);
-    def_f32(k, "MAX_NORM", (float)n->fp[0]);
+    vk_def(k, "HAS_CLIP", "%d", clip_norm(n) > 0);
+    def_f32(k, "MAX_NORM", (float)clip_norm(n));
     vk_launch_1d(k, caps, 1, 1);
     return MN_OK;
 }

@@ -39,14 +39,15 @@ mn_status vkgen_abs(vk_kernel *k, const mn_graph *g, const node *n, const vk_cap
 
 mn_status vkgen_clamp(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     char e[256];
-    pw_lit lo = lit(n->fp[0]), hi = lit(n->fp[1]);
+    const mn_pw_attrs a = pw_attrs_of(n);
+    pw_lit lo = lit(a.min), hi = lit(a.max);
     snprintf(e, sizeof e, "isnan(a) ? a : (a < %s ? %s : (a > %s ? %s : a))", lo.s, lo.s, hi.s, hi.s);
     return pw_expr(k, g, n, caps, e, err, cap);
 }
 
 mn_status vkgen_pow(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     char e[128];
-    snprintf(e, sizeof e, "mn_pow(a, %s)", lit(n->fp[0]).s);
+    snprintf(e, sizeof e, "mn_pow(a, %s)", lit(pw_attrs_of(n).exponent).s);
     return pw_expr(k, g, n, caps, e, err, cap);
 }
 
@@ -56,15 +57,15 @@ mn_status vkgen_where(vk_kernel *k, const mn_graph *g, const node *n, const vk_c
 
 mn_status vkgen_dropout(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                         size_t cap) {
-    uint64_t seed;
-    memcpy(&seed, &n->ip[0], sizeof seed);
-    const int64_t thr = n->ip[1];
+    const mn_dropout_attrs a = dropout_attrs_of(n);
+    const uint64_t seed = a.seed;
+    const int64_t thr = a.threshold;
     if (thr < 0 || thr > ((int64_t)1 << 32)) return pw_fail(g, n, MN_E_INVALID, err, cap, "bad drop threshold");
     vk_def(k, "DROP_KEY", "0x%08xu", (unsigned)pw_dropout_key(seed));
     vk_def(k, "DROP_COUNTER", "%d", n->nin > 1 ? 1 : 0);
     vk_def(k, "DROP_ALL", "%d", thr == ((int64_t)1 << 32) ? 1 : 0);
     vk_def(k, "DROP_THR", "%uu", (unsigned)(thr & 0xffffffff));
-    vk_def(k, "DROP_SCALE", "%s", lit(pw_dropout_scale(n->fp[0])).s);
+    vk_def(k, "DROP_SCALE", "%s", lit(pw_dropout_scale(a.p)).s);
     return pw_expr(k, g, n, caps, "pw_keep(i, b) ? a * DROP_SCALE : 0.0", err, cap);
 }
 
@@ -72,20 +73,21 @@ mn_status vkgen_dropout(vk_kernel *k, const mn_graph *g, const node *n, const vk
 mn_status vkgen_pw_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                        size_t cap) {
     char e[256];
-    switch ((op_id)n->ip[0]) {
+    const mn_pw_attrs a = pw_attrs_of(n);
+    switch (bwd_of(n)) {
     case OP_ABS: snprintf(e, sizeof e, "b * pw_sign(a)"); break;
     case OP_CLAMP: {
-        pw_lit lo = lit(n->fp[0]), hi = lit(n->fp[1]);
+        pw_lit lo = lit(a.min), hi = lit(a.max);
         snprintf(e, sizeof e, "(!isnan(a) && a > %s && a < %s) ? b : 0.0", lo.s, hi.s);
         break;
     }
     case OP_POW:
-        if ((float)n->fp[0] == 0.0f) snprintf(e, sizeof e, "0.0");
-        else snprintf(e, sizeof e, "b * (%s * mn_pow(a, %s))", lit(n->fp[0]).s, lit(n->fp[0] - 1.0).s);
+        if ((float)a.exponent == 0.0f) snprintf(e, sizeof e, "0.0");
+        else snprintf(e, sizeof e, "b * (%s * mn_pow(a, %s))", lit(a.exponent).s, lit(a.exponent - 1.0).s);
         break;
     default: {
         char what[96];
-        snprintf(what, sizeof what, "ip[0] = %lld is not abs, clamp or pow", (long long)n->ip[0]);
+        snprintf(what, sizeof what, "ip[0] = %lld is not abs, clamp or pow", (long long)bwd_of(n));
         return pw_fail(g, n, MN_E_INVALID, err, cap, what);
     }
     }
@@ -102,7 +104,7 @@ mn_status vkgen_ce_count(vk_kernel *k, const mn_graph *g, const node *n, const v
     uint32_t local = 1;
     while ((uint64_t)local * 2 <= lim) local *= 2;
     k->tmpl = "ce_count";
-    vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)n->ip[1]);
+    vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)ce_attrs_of(n).ignore_index);
     k->local[0] = local;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
     vk_def(k, "NTHREADS", "%uu", local);

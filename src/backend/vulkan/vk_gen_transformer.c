@@ -120,13 +120,14 @@ mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_ca
     if (st) return st;
     const node *x = tr_in(g, n, 0);
     const int64_t Dh = x->shape[x->rank - 1], T = x->shape[x->rank - 2], half = Dh / 2;
-    const double theta = n->fp[0], two_pi = 6.283185307179586476925;
+    const mn_rope_attrs ra = rope_attrs_of(n);
+    const double theta = ra.theta, two_pi = 6.283185307179586476925;
     k->tmpl = "rope";
     vk_def(k, "RP_T", "%lldu", (long long)T);
     vk_def(k, "RP_DH", "%lldu", (long long)Dh);
     vk_def(k, "RP_HALF", "%lldu", (long long)half);
-    vk_def(k, "RP_OFF", "%lld", (long long)n->ip[0]);
-    vk_def(k, "RP_INVERSE", "%d", n->ip[1] != 0);
+    vk_def(k, "RP_OFF", "%lld", (long long)ra.offset);
+    vk_def(k, "RP_INVERSE", "%d", ra.inverse != 0);
     vk_def(k, "RP_HAS_POS", "%d", n->nin > 1);
     if (n->nin > 1) tr_def_pos(k, "RP_POS", 1);
     for (int part = 0; part < 2; part++) {
@@ -184,12 +185,13 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     vk_def(k, "AT_TQ", "%lld", (long long)Tq);
     vk_def(k, "AT_TK", "%lld", (long long)Tk);
     vk_def(k, "AT_D", "%lldu", (long long)D);
-    vk_def(k, "AT_CAUSAL", "%d", n->ip[0] != 0);
-    vk_def(k, "AT_WINDOW", "%lld", (long long)(n->ip[0] ? n->ip[1] : 0));
-    vk_def(k, "AT_SCALE", "%s", tr_flit(sc, sizeof sc, (float)n->fp[0]));
+    const mn_attention_attrs at = attention_attrs_of(n);
+    vk_def(k, "AT_CAUSAL", "%d", at.causal != 0);
+    vk_def(k, "AT_WINDOW", "%lld", (long long)(at.causal ? at.window : 0));
+    vk_def(k, "AT_SCALE", "%s", tr_flit(sc, sizeof sc, (float)at.scale));
     vk_def(k, "AT_HAS_POS", "%d", n->nin > pos_at);
     if (n->nin > pos_at) tr_def_pos(k, "AT_POS", pos_at);
-    vk_def(k, "AT_WRT_V", "%d", kv && n->ip[2] != 0);
+    vk_def(k, "AT_WRT_V", "%d", kv && at.wrt != 0);
     vk_def(k, "AT_NROWS", "%llu", (unsigned long long)rows);
     vk_def(k, "AT_R", "%u", R);
     vk_def(k, "AT_S", "%u", S);
