@@ -450,6 +450,41 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
     return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, ip, 7);
 }
 
+/* Rows per block of the weight-gradient partials: about 256 blocks, each of
+ * 16 to 1024 rows (a Vulkan workgroup walks one block's rows). */
+static int64_t norm_block_rows(const node *x) {
+    const int64_t d = x->shape[x->rank - 1], rows = d ? node_numel(x) / d : 0;
+    int64_t br = (rows + 255) / 256;
+    return br < 16 ? 16 : br > 1024 ? 1024 : br;
+}
+
+/* rms_norm / layer_norm: dx from one row kernel; dweight = sum over axis 0
+ * of the blocked partials of dy * xhat; dbias = dy summed to [D]. */
+static mn_status grad_norm(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const bool ln = n->op == OP_LAYER_NORM, has_w = ln ? n->ip[0] != 0 : n->nin > 1;
+    const node x = c->g->nodes[n->in[0]];
+    node p;
+    memset(&p, 0, sizeof p);
+    p.fp[0] = n->fp[0];
+    p.ip[0] = norm_block_rows(&x);
+    mn_status st;
+    (void)y;
+    if (need(c, n, 0)) {
+        int32_t in[3] = {n->in[0], dy, has_w ? n->in[1] : MN_NONE};
+        if ((st = helper_fp(c, &dx[0], ln ? OP_LAYER_NORM_BWD : OP_RMS_NORM_BWD, has_w ? 3 : 2, in, &x, &p)))
+            return st;
+    }
+    if (has_w && need(c, n, 1)) {
+        int32_t in[2] = {n->in[0], dy}, part;
+        if ((st = helper_fp(c, &part, ln ? OP_LAYER_NORM_BWD_W : OP_RMS_NORM_BWD_W, 2, in, NULL, &p)) ||
+            (st = mn_sum(c->g, &dx[1], part, 0, false)))
+            return st;
+    }
+    const int bi = 1 + has_w;
+    if (ln && n->ip[1] && need(c, n, bi) && (st = unbroadcast(c, &dx[bi], dy, n, bi))) return st;
+    return MN_OK;
+}
+
 static const grad_fn grad_table[OP_COUNT] = {
 #define MN_OP(E, n, lo, hi, bwd) [OP_##E] = bwd,
 #include "graph/ops.def"

@@ -1,6 +1,7 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
- * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex, and the
- * composites rms_norm, layer_norm, group_norm, swiglu, geglu, l1_loss,
+ * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex,
+ * rms_norm, layer_norm (one node each, validated here), and the
+ * composites group_norm, swiglu, geglu, l1_loss,
  * bce_with_logits, which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
  *
@@ -203,15 +204,6 @@ static bool txn_eps(pw_txn *t, float eps) {
     return true;
 }
 
-/* y = (x * r) [* weight] [+ bias]; r broadcasts against x. */
-static mn_tensor affine(pw_txn *t, mn_tensor x, mn_tensor r, mn_tensor w, mn_tensor b) {
-    mn_tensor y = MN_NONE;
-    if (!txn_ok(t, mn_mul(t->g, &y, x, r))) return MN_NONE;
-    if (w != MN_NONE && !txn_ok(t, mn_mul(t->g, &y, y, w))) return MN_NONE;
-    if (b != MN_NONE && !txn_ok(t, mn_add(t->g, &y, y, b))) return MN_NONE;
-    return y;
-}
-
 /* rsqrt(s + eps) */
 static mn_tensor rsqrt_eps(pw_txn *t, mn_tensor s, float eps) {
     mn_tensor e = MN_NONE, v = MN_NONE, r = MN_NONE;
@@ -231,18 +223,29 @@ static mn_tensor normalise_last(pw_txn *t, mn_tensor x, float eps) {
     return y;
 }
 
+/* One RMS_NORM / LAYER_NORM node over x and the present vectors. */
+static mn_tensor norm_node(pw_txn *t, op_id op, mn_tensor x, mn_tensor w, mn_tensor b, float eps) {
+    mn_tensor in[3] = {x}, y = MN_NONE;
+    int nin = 1;
+    if (w != MN_NONE) in[nin++] = w;
+    if (b != MN_NONE) in[nin++] = b;
+    node p = pw_proto(op, nin, in);
+    p.fp[0] = eps;
+    p.ip[0] = w != MN_NONE;
+    p.ip[1] = b != MN_NONE;
+    txn_ok(t, graph_add(t->g, &y, &p));
+    return y;
+}
+
 mn_status mn_rms_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, float eps) {
     pw_txn t;
-    mn_tensor y = MN_NONE, sq, ms;
+    mn_tensor y = MN_NONE;
     if (!txn_begin(&t, g, out, "rms_norm")) return t.st;
     if (txn_tensor(&t, x, "x", false) && txn_eps(&t, eps)) {
         const node *xn = &g->nodes[graph_id(x)];
         if (xn->rank < 1) txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
-        else if (txn_vector(&t, w, "weight", xn->shape[xn->rank - 1], xn) && txn_ok(&t, mn_mul(g, &sq, x, x)) &&
-                 txn_ok(&t, mn_mean(g, &ms, sq, -1, true))) {
-            mn_tensor r = rsqrt_eps(&t, ms, eps);
-            if (r != MN_NONE) y = affine(&t, x, r, w, MN_NONE);
-        }
+        else if (txn_vector(&t, w, "weight", xn->shape[xn->rank - 1], xn))
+            y = norm_node(&t, OP_RMS_NORM, x, w, MN_NONE, eps);
     }
     return txn_end(&t, out, y);
 }
@@ -257,14 +260,8 @@ mn_status mn_layer_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, m
             txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
         } else {
             int64_t d = xn->shape[xn->rank - 1];
-            if (txn_vector(&t, w, "weight", d, xn) && txn_vector(&t, b, "bias", d, xn)) {
-                mn_tensor nx = normalise_last(&t, x, eps);
-                if (nx != MN_NONE) {
-                    y = nx;
-                    if (w != MN_NONE && !txn_ok(&t, mn_mul(g, &y, y, w))) y = MN_NONE;
-                    if (y != MN_NONE && b != MN_NONE && !txn_ok(&t, mn_add(g, &y, y, b))) y = MN_NONE;
-                }
-            }
+            if (txn_vector(&t, w, "weight", d, xn) && txn_vector(&t, b, "bias", d, xn))
+                y = norm_node(&t, OP_LAYER_NORM, x, w, b, eps);
         }
     }
     return txn_end(&t, out, y);
