@@ -577,6 +577,13 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         if (n->fp[0] != 0) fprintf(f, " smoothing=%.9g", n->fp[0]);
         break;
     case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)n->ip[1]); break;
+    case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM_BWD: fprintf(f, " eps=%.9g", n->fp[0]); break;
+    case OP_LAYER_NORM:
+        fprintf(f, " eps=%.9g%s%s", n->fp[0], n->ip[0] ? " weight" : "", n->ip[1] ? " bias" : "");
+        break;
+    case OP_RMS_NORM_BWD_W: case OP_LAYER_NORM_BWD_W:
+        fprintf(f, " eps=%.9g block=%lld", n->fp[0], (long long)n->ip[0]);
+        break;
     case OP_CLAMP: fprintf(f, " min=%.9g max=%.9g", n->fp[0], n->fp[1]); break;
     case OP_POW: fprintf(f, " p=%.9g", n->fp[0]); break;
     case OP_DROPOUT: {
