@@ -6,7 +6,8 @@
  * Row kernels: NM_S invocations per row (a power of two, about D / 2, at
  * most the workgroup), NM_R = local / NM_S rows per workgroup, so a small D
  * packs several rows into one workgroup. Partials: one workgroup per block of
- * ip[0] rows (at most 1024), every invocation owning ceil(D / local) columns.
+ * ip[0] rows (at most 1024), every invocation owning ceil(D / local) columns
+ * (about 8).
  *
  * Does not: compile or dispatch (vk_compile.c, vk_backend.c); the sum of the
  * partials over the blocks is an ordinary SUM node (autodiff builds it).
@@ -50,8 +51,10 @@ static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const 
     uint64_t nwg;
     uint32_t local;
     if (partial) {
-        /* wide rows get more invocations: fewer loop iterations per row */
-        local = nm_local(caps, (uint64_t)D / 8 > 256 ? (uint64_t)D / 8 : 256);
+        /* about 8 columns per invocation (at least 32 invocations, or D):
+         * wide rows get more invocations, narrow ones fewer idle ones */
+        const uint64_t want = (uint64_t)D / 8 > 32 ? (uint64_t)D / 8 : (uint64_t)D < 32 ? (uint64_t)D : 32;
+        local = nm_local(caps, want);
         nwg = (uint64_t)n->shape[0];
         vk_def(k, "NM_S", "%uu", local);
         vk_def(k, "NM_R", "1u");
