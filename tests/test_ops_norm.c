@@ -11,9 +11,10 @@
  *   worse than the composite on Vulkan (beyond float tolerance);
  * - the shapes users hit: SmolLM2 (D 576, rows 128 and 4096), Llama-3.2-1B
  *   (D 2048), odd row counts, one row, D = 1, D not a multiple of the
- *   workgroup, rank 3, every weight / bias combination, and 300001 rows,
+ *   workgroup, rank 3, every weight / bias combination, 300001 rows,
  *   where a weight-gradient block holds 1024 rows (lavapipe's loop limit
- *   would cut a kernel that walked every row in one invocation);
+ *   would cut a kernel that walked every row in one invocation), and rows of
+ *   40000 (the weight-gradient partials split into column chunks);
  * - mn_rms_norm / mn_layer_norm add one node, and training builds the
  *   dedicated backward ops.
  * Vulkan parts run when the build has the backend (MN_HAVE_VULKAN).
@@ -234,6 +235,8 @@ static const ncase cases[] = {
     {"layer_norm 5 x 3, bias only", true, 5, 3, false, true, false, 0},
     {"layer_norm 9 x 100, no affine", true, 9, 100, false, false, false, 0},
     {"layer_norm 300001 x 3 (1024-row blocks)", true, 300001, 3, true, true, false, 0},
+    {"layer_norm 9 x 40000 (column chunks)", true, 9, 40000, true, true, false, 0},
+    {"rms_norm 3 x 40000 (column chunks)", false, 3, 40000, true, false, false, 0},
 };
 
 /* The constructors keep their checks; eps reaches the node. */

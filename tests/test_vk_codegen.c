@@ -443,9 +443,10 @@ typedef void (*build_fn)(mn_graph *);
 
 /* Row normalisations: D = 1, odd D (several rows per workgroup), D 576 and
  * 2048 (a workgroup per row), every weight/bias combination, the dx helpers
- * and the blocked weight-gradient partials (1 to 1024 rows per block). */
+ * and the blocked weight-gradient partials (1 to 1024 rows per block, wide
+ * rows in column chunks). */
 static void build_norm(mn_graph *g) {
-    const int64_t shapes[][2] = {{5, 1}, {7, 33}, {4096, 576}, {3, 2048}, {300001, 3}};
+    const int64_t shapes[][2] = {{5, 1}, {7, 33}, {4096, 576}, {3, 2048}, {300001, 3}, {5, 40000}};
     for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
         const int64_t d = shapes[i][1];
         mn_tensor x = in_f(g, 2, shapes[i]), dy = in_f(g, 2, shapes[i]), w = in_f(g, 1, &d), y;

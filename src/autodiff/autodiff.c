@@ -450,12 +450,17 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
     return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, ip, 7);
 }
 
-/* Rows per block of the weight-gradient partials: about 256 blocks, each of
- * 16 to 1024 rows (a Vulkan workgroup walks one block's rows). */
+/* Rows per block of the weight-gradient partials: about 256 blocks of 16 to
+ * 1024 rows, fewer rows when rows are wide. A Vulkan invocation walks a
+ * block's rows, with per row about 2 * D / L + 22 loop iterations for a
+ * workgroup of L >= 64 invocations (or 8 columns each for small D); the
+ * block keeps that under half of lavapipe's 65535-iteration loop limit. */
 static int64_t norm_block_rows(const node *x) {
     const int64_t d = x->shape[x->rank - 1], rows = d ? node_numel(x) / d : 0;
+    const int64_t per_lane = d <= 512 ? 8 : (d + 63) / 64, most = 32768 / (2 * per_lane + 22);
     int64_t br = (rows + 255) / 256;
-    return br < 16 ? 16 : br > 1024 ? 1024 : br;
+    br = br < 16 ? 16 : br > 1024 ? 1024 : br;
+    return br > most ? (most > 0 ? most : 1) : br;
 }
 
 /* rms_norm / layer_norm: dx from one row kernel; dweight = sum over axis 0

@@ -6,8 +6,8 @@
  * Row kernels: NM_S invocations per row (a power of two, about D / 2, at
  * most the workgroup), NM_R = local / NM_S rows per workgroup, so a small D
  * packs several rows into one workgroup. Partials: one workgroup per block of
- * ip[0] rows (at most 1024), every invocation owning ceil(D / local) columns
- * (about 8).
+ * ip[0] rows (at most 1024) and chunk of columns, every invocation owning up
+ * to 8 columns.
  *
  * Does not: compile or dispatch (vk_compile.c, vk_backend.c); the sum of the
  * partials over the blocks is an ordinary SUM node (autodiff builds it).
@@ -25,7 +25,12 @@ static uint32_t nm_local(const vk_caps *caps, uint64_t want) {
     return l;
 }
 
-static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op) {
+/* columns per invocation of the partials (registers); loop iterations one
+ * invocation may run (lavapipe's limit is 65535) */
+enum { NM_PER_MAX = 8, NM_LOOP_MAX = 65000 };
+
+static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op, char *err,
+                          size_t cap) {
     const node *x = &g->nodes[n->in[0]];
     const int64_t D = x->shape[x->rank - 1], rows = D ? node_numel(x) / D : 0;
     const bool partial = op >= NM_BWDW_RMS, bwd = op == NM_BWD_RMS || op == NM_BWD_LN;
@@ -52,14 +57,31 @@ static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const 
     uint32_t local;
     if (partial) {
         /* about 8 columns per invocation (at least 32 invocations, or D):
-         * wide rows get more invocations, narrow ones fewer idle ones */
+         * wide rows get more invocations, narrow ones fewer idle ones; rows
+         * wider than 8 per invocation are split into column chunks */
         const uint64_t want = (uint64_t)D / 8 > 32 ? (uint64_t)D / 8 : (uint64_t)D < 32 ? (uint64_t)D : 32;
         local = nm_local(caps, want);
-        nwg = (uint64_t)n->shape[0];
+        uint64_t per = ((uint64_t)D + local - 1) / local;
+        if (per > NM_PER_MAX) per = NM_PER_MAX;
+        const uint64_t nch = ((uint64_t)D + local * per - 1) / (local * per);
+        /* loop iterations of one invocation: per row, two strided passes
+         * over the row and two tree reductions (lavapipe ends a shader's
+         * loops after 65535 iterations) */
+        uint32_t lg = 0;
+        while ((1u << lg) < local) lg++;
+        const uint64_t iters = (uint64_t)n->ip[0] * (2 * (((uint64_t)D + local - 1) / local) + 2 * lg + 2);
+        if (iters > NM_LOOP_MAX) {
+            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): blocks of %lld rows of %lld columns need %llu loop "
+                   "iterations per invocation (at most %d)", op_table[n->op].name, (int)(n - g->nodes),
+                   (long long)n->ip[0], (long long)D, (unsigned long long)iters, NM_LOOP_MAX);
+            return MN_E_UNSUPPORTED;
+        }
+        nwg = (uint64_t)n->shape[0] * nch;
         vk_def(k, "NM_S", "%uu", local);
         vk_def(k, "NM_R", "1u");
         vk_def(k, "NM_BR", "%lluu", (unsigned long long)n->ip[0]);
-        vk_def(k, "NM_PER", "%lluu", (unsigned long long)(((uint64_t)D + local - 1) / local));
+        vk_def(k, "NM_PER", "%lluu", (unsigned long long)per);
+        vk_def(k, "NM_NCH", "%lluu", (unsigned long long)nch);
     } else {
         local = nm_local(caps, 256);
         const uint64_t half = ((uint64_t)D + 1) / 2;
@@ -77,31 +99,25 @@ static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const 
 
 mn_status vkgen_rms_norm(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                          size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_FWD_RMS);
+    return gen_norm(k, g, n, caps, NM_FWD_RMS, err, cap);
 }
 mn_status vkgen_layer_norm(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                            size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_FWD_LN);
+    return gen_norm(k, g, n, caps, NM_FWD_LN, err, cap);
 }
 mn_status vkgen_rms_norm_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                              size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_BWD_RMS);
+    return gen_norm(k, g, n, caps, NM_BWD_RMS, err, cap);
 }
 mn_status vkgen_layer_norm_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_BWD_LN);
+    return gen_norm(k, g, n, caps, NM_BWD_LN, err, cap);
 }
 mn_status vkgen_rms_norm_bwd_w(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_BWDW_RMS);
+    return gen_norm(k, g, n, caps, NM_BWDW_RMS, err, cap);
 }
 mn_status vkgen_layer_norm_bwd_w(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                  size_t cap) {
-    (void)err, (void)cap;
-    return gen_norm(k, g, n, caps, NM_BWDW_LN);
+    return gen_norm(k, g, n, caps, NM_BWDW_LN, err, cap);
 }

@@ -5,10 +5,11 @@
 // LOCAL_X = NM_R * NM_S invocations takes NM_R rows, NM_S invocations per
 // row striding over its columns; row sums are reduced in shared memory
 // (segments of NM_S). Partials (NM_OP 4, 5): a workgroup takes one block of
-// NM_BR rows, each invocation owns the columns lane + k * LOCAL_X (k <
-// NM_PER, registers) and walks the block's rows, the row statistics reduced
-// over the whole workgroup; it writes its block's row of the [blocks, NM_D]
-// output. Per invocation the loops run about ceil(NM_D / lanes) times per
+// NM_BR rows and one chunk of columns (NM_NCH chunks per row); each
+// invocation owns the chunk's columns lane + k * LOCAL_X (k < NM_PER,
+// registers) and walks the block's rows, the row statistics reduced over the
+// whole workgroup; it writes its part of the block's row of the
+// [blocks, NM_D] output. Per invocation the loops run about ceil(NM_D / lanes) times per
 // pass and row, so no invocation loops over all the rows of a big tensor.
 //
 // Statistics: mean (layer_norm only) = sum(x) / D, then sum((x - mean)^2) / D,
@@ -16,7 +17,7 @@
 // Inputs: X0 = x; forward: NM_W(j), NM_B(j) (when NM_HAS_W / NM_HAS_B);
 // backward: X1 = dy, NM_W(j) = weight (NM_HAS_W).
 // Defines: NM_OP, NM_ROWS, NM_D, NM_D_F, NM_EPS, NM_CENTRE, NM_HAS_W,
-// NM_HAS_B, NM_S, NM_R, NM_NWG (workgroups with work), NM_BR, NM_PER.
+// NM_HAS_B, NM_S, NM_R, NM_NWG (workgroups with work), NM_BR, NM_PER, NM_NCH.
 // Does not: write any element outside its rows (or its block's row).
 
 #define NM_FWD_RMS 0
@@ -117,9 +118,12 @@ void main() {
 
 #else // NM_PARTIAL
 
+// Workgroup w: block w / NM_NCH of rows, column chunk w % NM_NCH of
+// NM_PER * LOCAL_X columns.
 void main() {
-    uint blk = GID / LOCAL_X;
-    if (blk >= NM_NWG) return;
+    uint wg = GID / LOCAL_X;
+    if (wg >= NM_NWG) return;
+    uint blk = wg / NM_NCH, col0 = (wg % NM_NCH) * (NM_PER * LOCAL_X);
     uint lane = gl_LocalInvocationID.x;
     float acc[NM_PER];
     [[unroll]] for (uint k = 0u; k < NM_PER; k++) acc[k] = 0.0;
@@ -129,12 +133,12 @@ void main() {
         float mean, rstd;
         row_stats(base, lane, true, mean, rstd);
         [[unroll]] for (uint k = 0u; k < NM_PER; k++) {
-            uint j = lane + k * LOCAL_X;
+            uint j = col0 + lane + k * LOCAL_X;
             if (j < NM_D) acc[k] += X1(base + j) * ((X0(base + j) - mean) * rstd);
         }
     }
     [[unroll]] for (uint k = 0u; k < NM_PER; k++) {
-        uint j = lane + k * LOCAL_X;
+        uint j = col0 + lane + k * LOCAL_X;
         if (j < NM_D) Y(blk * NM_D + j) = acc[k];
     }
 }
