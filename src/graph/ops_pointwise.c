@@ -1,7 +1,7 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
  * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex,
  * rms_norm, layer_norm (one node each, validated here), and the
- * composites group_norm, swiglu, geglu, l1_loss,
+ * composites group_norm (a layer_norm of [N, G, C/G * spatial] rows), swiglu, geglu, l1_loss,
  * bce_with_logits, which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
  *
@@ -204,25 +204,6 @@ static bool txn_eps(pw_txn *t, float eps) {
     return true;
 }
 
-/* rsqrt(s + eps) */
-static mn_tensor rsqrt_eps(pw_txn *t, mn_tensor s, float eps) {
-    mn_tensor e = MN_NONE, v = MN_NONE, r = MN_NONE;
-    if (txn_ok(t, mn_graph_scalar(t->g, &e, eps)) && txn_ok(t, mn_add(t->g, &v, s, e)))
-        txn_ok(t, mn_rsqrt(t->g, &r, v));
-    return r;
-}
-
-/* (x - mean) * rsqrt(var + eps) over the last axis of x. */
-static mn_tensor normalise_last(pw_txn *t, mn_tensor x, float eps) {
-    mn_tensor mu = MN_NONE, d = MN_NONE, sq = MN_NONE, var = MN_NONE, r = MN_NONE, y = MN_NONE;
-    if (!txn_ok(t, mn_mean(t->g, &mu, x, -1, true)) || !txn_ok(t, mn_sub(t->g, &d, x, mu)) ||
-        !txn_ok(t, mn_mul(t->g, &sq, d, d)) || !txn_ok(t, mn_mean(t->g, &var, sq, -1, true)))
-        return MN_NONE;
-    r = rsqrt_eps(t, var, eps);
-    if (r != MN_NONE) txn_ok(t, mn_mul(t->g, &y, d, r));
-    return y;
-}
-
 /* One RMS_NORM / LAYER_NORM node over x and the present vectors. */
 static mn_tensor norm_node(pw_txn *t, op_id op, mn_tensor x, mn_tensor w, mn_tensor b, float eps) {
     mn_tensor in[3] = {x}, y = MN_NONE;
@@ -285,7 +266,8 @@ mn_status mn_group_norm(mn_graph *g, mn_tensor *out, mn_tensor x, int groups, mn
             int64_t per = node_numel(&xn) / xn.shape[0] / groups;
             int64_t gs[3] = {xn.shape[0], groups, per}, cs[MN_MAX_RANK];
             mn_tensor xg = MN_NONE, ng, wc = w, bc = b;
-            if (txn_ok(&t, mn_reshape(g, &xg, x, 3, gs)) && (ng = normalise_last(&t, xg, eps)) != MN_NONE &&
+            if (txn_ok(&t, mn_reshape(g, &xg, x, 3, gs)) &&
+                (ng = norm_node(&t, OP_LAYER_NORM, xg, MN_NONE, MN_NONE, eps)) != MN_NONE &&
                 txn_ok(&t, mn_reshape(g, &y, ng, xn.rank, xn.shape))) {
                 /* per-channel weight and bias as [C, 1, ...] against [N, C, ...] */
                 cs[0] = xn.shape[1];
