@@ -124,6 +124,18 @@ static void check_attrs(void) {
     ROUND_TRIP(OP_PAD, pad, mn_pad_attrs, 0xff, 0);
     ROUND_TRIP(OP_UPSAMPLE_NEAREST2D, upsample, mn_upsample_attrs, 0x3, 0);
     ROUND_TRIP(OP_EMA_UPDATE, ema, mn_ema_attrs, 0, 0x3);
+    { /* norm flags are bools: through the struct and back */
+        node n;
+        memset(&n, 0, sizeof n);
+        n.op = OP_LAYER_NORM;
+        const mn_norm_attrs a = {1e-5, false, true};
+        norm_attrs_set(&n, &a);
+        const mn_norm_attrs b = norm_attrs_of(&n);
+        CHECK(b.eps == a.eps && !b.weight && b.bias && n.ip[0] == 0 && n.ip[1] == 1);
+        n.op = OP_RMS_NORM_BWD_W;
+        norm_block_set(&n, 512);
+        CHECK(norm_block(&n) == 512);
+    }
     ROUND_TRIP(OP_DROPOUT, dropout, mn_dropout_attrs, 0x3, 0x1);
     ROUND_TRIP(OP_CLAMP, pw, mn_pw_attrs, 0, 0x3);
     ROUND_TRIP(OP_POW, pw, mn_pw_attrs, 0, 0x1);
@@ -146,8 +158,8 @@ int main(void) {
         int want;
     } pins[] = {
         {"OPF_SOURCE", 4},   {"OPF_VIEW", 1}, {"OPF_ALIAS", 4},  {"OPF_INPLACE", 24}, {"OPF_ROOT", 4},
-        {"OPF_ROOT_RUN", 1}, {"writes", 4},   {"elementwise", 23}, {"bcast", 2},      {"reduce", 7},
-        {"row", 10},         {"matmul", 4},   {"layout", 5},     {"opaque", 22},
+        {"OPF_ROOT_RUN", 1}, {"writes", 4},   {"elementwise", 23}, {"bcast", 2},      {"reduce", 9},
+        {"row", 14},         {"matmul", 4},   {"layout", 5},     {"opaque", 22},
     };
     const int got[] = {count_flag(OPF_SOURCE),  count_flag(OPF_VIEW),         count_flag(OPF_ALIAS),
                        count_flag(OPF_INPLACE), count_flag(OPF_ROOT),         count_flag(OPF_ROOT_RUN),

@@ -10,7 +10,8 @@
  *   (ignore_index, label smoothing, all rows ignored), f64/f32 CPU and Vulkan;
  * - pow, clamp, abs, where at special values (0, -0, inf, NaN, negative x)
  *   on CPU (against libm) and Vulkan;
- * - rms_norm / layer_norm of values ~1e4, group_norm and bce_with_logits
+ * - rms_norm / layer_norm of values ~1e4 (the dedicated ops; test_ops_norm
+ *   covers real shapes), group_norm and bce_with_logits
  *   (logits +-100, the gradient at 0) against double references;
  * - composites and primitives refuse bad arguments and leave the graph
  *   unchanged; the dump shows the new parameters;
@@ -621,6 +622,10 @@ static void test_dump(void) {
     const mn_cross_entropy_params p = {true, -100, 0.1f};
     mn_cross_entropy_ex(g, &y, x, l, &p);
     mn_cross_entropy(g, &y, x, l);
+    mn_tensor w;
+    mn_graph_input(g, &w, "w", MN_F32, 1, (int64_t[]){3});
+    mn_rms_norm(g, &y, x, w, 1e-5f);
+    mn_layer_norm(g, &y, x, MN_NONE, w, 0.25f);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -631,7 +636,9 @@ static void test_dump(void) {
                        "%4 = dropout(%0) : f32[2,3] p=0.25 seed=42\n"
                        "%5 = cross_entropy(%0, %1) : f32[] ignore_index=-100 smoothing=0.100000001\n"
                        "%6 = cross_entropy(%0, %1) : f32[]\n";
-    CHECK_MSG(buf && strstr(buf, want), "dump:\n%s", buf);
+    const char *want_norm = "%8 = rms_norm(%0, %7) : f32[2,3] eps=9.99999975e-06\n"
+                            "%9 = layer_norm(%0, %7) : f32[2,3] eps=0.25 bias\n";
+    CHECK_MSG(buf && strstr(buf, want) && strstr(buf, want_norm), "dump:\n%s", buf);
     free(buf);
     mn_graph_destroy(g);
 }

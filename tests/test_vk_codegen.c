@@ -441,13 +441,37 @@ static void build_pointwise(mn_graph *g) {
 
 typedef void (*build_fn)(mn_graph *);
 
+/* Row normalisations: D = 1, odd D (several rows per workgroup), D 576 and
+ * 2048 (a workgroup per row), every weight/bias combination, the dx helpers
+ * and the blocked weight-gradient partials (1 to 1024 rows per block, wide
+ * rows in column chunks). */
+static void build_norm(mn_graph *g) {
+    const int64_t shapes[][2] = {{5, 1}, {7, 33}, {4096, 576}, {3, 2048}, {300001, 3}, {5, 40000}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(shapes); i++) {
+        const int64_t d = shapes[i][1];
+        mn_tensor x = in_f(g, 2, shapes[i]), dy = in_f(g, 2, shapes[i]), w = in_f(g, 1, &d), y;
+        CHECK_OK(mn_rms_norm(g, &y, x, w, 1e-5f), mn_graph_error(g));
+        CHECK_OK(mn_rms_norm(g, &y, x, MN_NONE, 1e-6f), mn_graph_error(g));
+        CHECK_OK(mn_layer_norm(g, &y, x, w, w, 1e-5f), mn_graph_error(g));
+        CHECK_OK(mn_layer_norm(g, &y, x, MN_NONE, w, 1e-5f), mn_graph_error(g));
+        CHECK_OK(mn_layer_norm(g, &y, x, MN_NONE, MN_NONE, 0.0f), mn_graph_error(g));
+        for (int ln = 0; ln < 2; ln++) {
+            const op_id bwd = ln ? OP_LAYER_NORM_BWD : OP_RMS_NORM_BWD, bw = ln ? OP_LAYER_NORM_BWD_W : OP_RMS_NORM_BWD_W;
+            add(g, (spec){.op = bwd, .nin = 3, .in = {x, dy, w}, .fp = {1e-5}});
+            add(g, (spec){.op = bwd, .nin = 2, .in = {x, dy}, .fp = {1e-5}});
+            add(g, (spec){.op = bw, .nin = 2, .in = {x, dy}, .ip = {i == 4 ? 1024 : 16}, .fp = {1e-5}});
+            add(g, (spec){.op = bw, .nin = 2, .in = {x, dy}, .ip = {1}, .fp = {1e-5}});
+        }
+    }
+}
+
 static void run_all(const vk_caps *caps, const char *what) {
     static const struct {
         const char *name;
         build_fn fn;
     } builds[] = {{"binary", build_binary}, {"unary", build_unary}, {"reduce", build_reduce},
                   {"layout", build_layout}, {"rows", build_rows},   {"optim", build_optim},
-                  {"pointwise", build_pointwise}};
+                  {"pointwise", build_pointwise}, {"norm", build_norm}};
     for (size_t b = 0; b < MN_ARRAY_LEN(builds); b++) {
         mn_graph *g = NULL;
         CHECK_OK(mn_graph_create(&g), "create");

@@ -51,6 +51,7 @@ static double tolerance(op_id op) {
      * sum(R * (1.7y + y^2)) cancels to ~0.1, which makes its NMSE the larger
      * one (up to ~5e-12); outputs and gradients agree to ~1e-13. */
     case OP_ROPE: case OP_ATTENTION:
+    case OP_RMS_NORM: case OP_LAYER_NORM: /* f32 row sums (tree order) and 1 / sqrt */
         return 1e-10;
     case OP_CONV2D: case OP_SUM: case OP_MEAN: case OP_REDUCE_TO: case OP_MSE:
     /* layout family: conv_transpose2d and the conv gradients as ops (GEMM

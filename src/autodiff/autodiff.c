@@ -460,6 +460,50 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
     return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, &q);
 }
 
+/* Rows per block of the weight-gradient partials: about 256 blocks of 16 to
+ * 1024 rows, fewer rows when rows are wide. A Vulkan invocation walks a
+ * block's rows, with per row about 2 * D / L + 22 loop iterations for a
+ * workgroup of L >= 64 invocations (or 8 columns each for small D); the
+ * block keeps that under half of lavapipe's 65535-iteration loop limit. */
+static int64_t norm_block_rows(const node *x) {
+    const int64_t d = x->shape[x->rank - 1], rows = d ? node_numel(x) / d : 0;
+    const int64_t per_lane = d <= 512 ? 8 : (d + 63) / 64, most = 32768 / (2 * per_lane + 22);
+    int64_t br = (rows + 255) / 256;
+    br = br < 16 ? 16 : br > 1024 ? 1024 : br;
+    return br > most ? (most > 0 ? most : 1) : br;
+}
+
+/* rms_norm / layer_norm: dx from one row kernel; dweight = sum over axis 0
+ * of the blocked partials of dy * xhat; dbias = dy summed to [D]. */
+static mn_status grad_norm(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const mn_norm_attrs na = norm_attrs_of(n);
+    const bool ln = n->op == OP_LAYER_NORM, has_w = ln ? na.weight : n->nin > 1;
+    const node x = c->g->nodes[n->in[0]];
+    node p = params_node(), pw = params_node();
+    p.op = ln ? OP_LAYER_NORM_BWD : OP_RMS_NORM_BWD;
+    pw.op = ln ? OP_LAYER_NORM_BWD_W : OP_RMS_NORM_BWD_W;
+    const mn_norm_attrs eps_only = {na.eps, false, false};
+    norm_attrs_set(&p, &eps_only);
+    norm_attrs_set(&pw, &eps_only);
+    norm_block_set(&pw, norm_block_rows(&x));
+    mn_status st;
+    (void)y;
+    if (need(c, n, 0)) {
+        int32_t in[3] = {n->in[0], dy, has_w ? n->in[1] : MN_NONE};
+        if ((st = helper(c, &dx[0], p.op, has_w ? 3 : 2, in, &x, &p)))
+            return st;
+    }
+    if (has_w && need(c, n, 1)) {
+        int32_t in[2] = {n->in[0], dy}, part;
+        if ((st = helper(c, &part, pw.op, 2, in, NULL, &pw)) ||
+            (st = mn_sum(c->g, &dx[1], part, 0, false)))
+            return st;
+    }
+    const int bi = 1 + has_w;
+    if (ln && na.bias && need(c, n, bi) && (st = unbroadcast(c, &dx[bi], dy, n, bi))) return st;
+    return MN_OK;
+}
+
 static const grad_fn grad_table[OP_COUNT] = {
 #define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) [OP_##E] = bwd,
 #include "graph/ops.def"

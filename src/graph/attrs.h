@@ -222,6 +222,24 @@ static inline void pw_attrs_set(node *n, const mn_pw_attrs *a) {
     if (op == OP_POW) n->fp[0] = a->exponent;
 }
 
+
+/* RMS_NORM, LAYER_NORM and their backward helpers: eps; the forward ops
+ * whether their weight and bias inputs are present; the *_BWD_W partial sums' rows
+ * per block (1..1024). */
+typedef struct mn_norm_attrs {
+    double eps;
+    bool weight, bias; /* LAYER_NORM */
+} mn_norm_attrs;
+static inline mn_norm_attrs norm_attrs_of(const node *n) {
+    const bool fwd = n->op == OP_LAYER_NORM || n->op == OP_RMS_NORM;
+    return (mn_norm_attrs){n->fp[0], fwd && n->ip[0] != 0, fwd && n->ip[1] != 0};
+}
+static inline void norm_attrs_set(node *n, const mn_norm_attrs *a) {
+    n->fp[0] = a->eps;
+    if (n->op == OP_LAYER_NORM || n->op == OP_RMS_NORM) n->ip[0] = a->weight, n->ip[1] = a->bias;
+}
+static inline int64_t norm_block(const node *n) { return n->ip[0]; }
+static inline void norm_block_set(node *n, int64_t rows) { n->ip[0] = rows; }
 /* SCALE: fp[0] = the factor */
 static inline double scale_factor(const node *n) { return n->fp[0]; }
 static inline void scale_factor_set(node *n, double s) { n->fp[0] = s; }

@@ -19,7 +19,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 73, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 79, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -590,6 +590,15 @@ static void dump_attrs(const node *n, FILE *f) {
         break;
     }
     case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)ce_attrs_of(n).ignore_index); break;
+    case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM_BWD: fprintf(f, " eps=%.9g", norm_attrs_of(n).eps); break;
+    case OP_LAYER_NORM: {
+        const mn_norm_attrs a = norm_attrs_of(n);
+        fprintf(f, " eps=%.9g%s%s", a.eps, a.weight ? " weight" : "", a.bias ? " bias" : "");
+        break;
+    }
+    case OP_RMS_NORM_BWD_W: case OP_LAYER_NORM_BWD_W:
+        fprintf(f, " eps=%.9g block=%lld", norm_attrs_of(n).eps, (long long)norm_block(n));
+        break;
     case OP_CLAMP: case OP_POW: case OP_PW_BWD: {
         const op_id of = n->op == OP_PW_BWD ? bwd_of(n) : n->op;
         const mn_pw_attrs a = pw_attrs_of(n);

@@ -1,6 +1,7 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
- * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex, and the
- * composites rms_norm, layer_norm, group_norm, swiglu, geglu, l1_loss,
+ * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex,
+ * rms_norm, layer_norm (one node each, validated here), and the
+ * composites group_norm (a layer_norm of [N, G, C/G * spatial] rows), swiglu, geglu, l1_loss,
  * bce_with_logits, which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
  *
@@ -200,46 +201,28 @@ static bool txn_eps(pw_txn *t, float eps) {
     return true;
 }
 
-/* y = (x * r) [* weight] [+ bias]; r broadcasts against x. */
-static mn_tensor affine(pw_txn *t, mn_tensor x, mn_tensor r, mn_tensor w, mn_tensor b) {
-    mn_tensor y = MN_NONE;
-    if (!txn_ok(t, mn_mul(t->g, &y, x, r))) return MN_NONE;
-    if (w != MN_NONE && !txn_ok(t, mn_mul(t->g, &y, y, w))) return MN_NONE;
-    if (b != MN_NONE && !txn_ok(t, mn_add(t->g, &y, y, b))) return MN_NONE;
-    return y;
-}
-
-/* rsqrt(s + eps) */
-static mn_tensor rsqrt_eps(pw_txn *t, mn_tensor s, float eps) {
-    mn_tensor e = MN_NONE, v = MN_NONE, r = MN_NONE;
-    if (txn_ok(t, mn_graph_scalar(t->g, &e, eps)) && txn_ok(t, mn_add(t->g, &v, s, e)))
-        txn_ok(t, mn_rsqrt(t->g, &r, v));
-    return r;
-}
-
-/* (x - mean) * rsqrt(var + eps) over the last axis of x. */
-static mn_tensor normalise_last(pw_txn *t, mn_tensor x, float eps) {
-    mn_tensor mu = MN_NONE, d = MN_NONE, sq = MN_NONE, var = MN_NONE, r = MN_NONE, y = MN_NONE;
-    if (!txn_ok(t, mn_mean(t->g, &mu, x, -1, true)) || !txn_ok(t, mn_sub(t->g, &d, x, mu)) ||
-        !txn_ok(t, mn_mul(t->g, &sq, d, d)) || !txn_ok(t, mn_mean(t->g, &var, sq, -1, true)))
-        return MN_NONE;
-    r = rsqrt_eps(t, var, eps);
-    if (r != MN_NONE) txn_ok(t, mn_mul(t->g, &y, d, r));
+/* One RMS_NORM / LAYER_NORM node over x and the present vectors. */
+static mn_tensor norm_node(pw_txn *t, op_id op, mn_tensor x, mn_tensor w, mn_tensor b, float eps) {
+    mn_tensor in[3] = {x}, y = MN_NONE;
+    int nin = 1;
+    if (w != MN_NONE) in[nin++] = w;
+    if (b != MN_NONE) in[nin++] = b;
+    node p = pw_proto(op, nin, in);
+    const mn_norm_attrs a = {eps, w != MN_NONE, b != MN_NONE};
+    norm_attrs_set(&p, &a);
+    txn_ok(t, graph_add(t->g, &y, &p));
     return y;
 }
 
 mn_status mn_rms_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, float eps) {
     pw_txn t;
-    mn_tensor y = MN_NONE, sq, ms;
+    mn_tensor y = MN_NONE;
     if (!txn_begin(&t, g, out, "rms_norm")) return t.st;
     if (txn_tensor(&t, x, "x", false) && txn_eps(&t, eps)) {
         const node *xn = &g->nodes[graph_id(x)];
         if (xn->rank < 1) txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
-        else if (txn_vector(&t, w, "weight", xn->shape[xn->rank - 1], xn) && txn_ok(&t, mn_mul(g, &sq, x, x)) &&
-                 txn_ok(&t, mn_mean(g, &ms, sq, -1, true))) {
-            mn_tensor r = rsqrt_eps(&t, ms, eps);
-            if (r != MN_NONE) y = affine(&t, x, r, w, MN_NONE);
-        }
+        else if (txn_vector(&t, w, "weight", xn->shape[xn->rank - 1], xn))
+            y = norm_node(&t, OP_RMS_NORM, x, w, MN_NONE, eps);
     }
     return txn_end(&t, out, y);
 }
@@ -254,14 +237,8 @@ mn_status mn_layer_norm(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor w, m
             txn_fail(&t, MN_E_SHAPE, "x must have rank >= 1, got a scalar");
         } else {
             int64_t d = xn->shape[xn->rank - 1];
-            if (txn_vector(&t, w, "weight", d, xn) && txn_vector(&t, b, "bias", d, xn)) {
-                mn_tensor nx = normalise_last(&t, x, eps);
-                if (nx != MN_NONE) {
-                    y = nx;
-                    if (w != MN_NONE && !txn_ok(&t, mn_mul(g, &y, y, w))) y = MN_NONE;
-                    if (y != MN_NONE && b != MN_NONE && !txn_ok(&t, mn_add(g, &y, y, b))) y = MN_NONE;
-                }
-            }
+            if (txn_vector(&t, w, "weight", d, xn) && txn_vector(&t, b, "bias", d, xn))
+                y = norm_node(&t, OP_LAYER_NORM, x, w, b, eps);
         }
     }
     return txn_end(&t, out, y);
@@ -285,7 +262,8 @@ mn_status mn_group_norm(mn_graph *g, mn_tensor *out, mn_tensor x, int groups, mn
             int64_t per = node_numel(&xn) / xn.shape[0] / groups;
             int64_t gs[3] = {xn.shape[0], groups, per}, cs[MN_MAX_RANK];
             mn_tensor xg = MN_NONE, ng, wc = w, bc = b;
-            if (txn_ok(&t, mn_reshape(g, &xg, x, 3, gs)) && (ng = normalise_last(&t, xg, eps)) != MN_NONE &&
+            if (txn_ok(&t, mn_reshape(g, &xg, x, 3, gs)) &&
+                (ng = norm_node(&t, OP_LAYER_NORM, xg, MN_NONE, MN_NONE, eps)) != MN_NONE &&
                 txn_ok(&t, mn_reshape(g, &y, ng, xn.rank, xn.shape))) {
                 /* per-channel weight and bias as [C, 1, ...] against [N, C, ...] */
                 cs[0] = xn.shape[1];

@@ -627,6 +627,40 @@ static mn_status infer_attention_bwd_prep(mn_graph *g, node *n) {
     return MN_OK;
 }
 
+/* Row normalisations: x [..., D] (rank >= 1); the [D] inputs (weight, bias)
+ * from `vec0` on; dy (backward) at input 1 with x's shape. RMS_NORM_BWD_W
+ * and LAYER_NORM_BWD_W give [ceil(rows / ip[0]), D]. */
+static mn_status infer_norm(mn_graph *g, node *n) {
+    const char *on = op_table[n->op].name;
+    const node *x = IN(0);
+    const bool bwd = n->op != OP_RMS_NORM && n->op != OP_LAYER_NORM;
+    const bool partial = n->op == OP_RMS_NORM_BWD_W || n->op == OP_LAYER_NORM_BWD_W;
+    char sa[96], sb[96];
+    mn_status st;
+    for (int i = 0; i < n->nin; i++)
+        if ((st = need_f32(g, n, i))) return st;
+    if (x->rank < 1) return graph_fail(g, MN_E_SHAPE, "%s: x must have rank >= 1, got a scalar", on);
+    const double eps = norm_attrs_of(n).eps;
+    if (!(eps >= 0) || isinf(eps)) return graph_fail(g, MN_E_INVALID, "%s: eps %g must be finite and >= 0", on, eps);
+    if (n->op == OP_LAYER_NORM && n->nin != 1 + norm_attrs_of(n).weight + norm_attrs_of(n).bias)
+        return graph_fail(g, MN_E_INVALID, "layer_norm: %d inputs disagree with the weight/bias flags", n->nin);
+    if (bwd && (st = same_shape(g, n, 0, 1))) return st;
+    const int64_t d = x->shape[x->rank - 1];
+    for (int i = bwd ? 2 : 1; i < n->nin; i++)
+        if (!shape_is(IN(i), 1, &d))
+            return graph_fail(g, MN_E_SHAPE, "%s: input %d %s must be [%lld] for x %s", on, i, SHP(sa, IN(i)),
+                              (long long)d, SHP(sb, x));
+    if (!partial) {
+        copy_shape_of(n, x);
+        return MN_OK;
+    }
+    const int64_t br = norm_block(n);
+    if (br < 1 || br > 1024) return graph_fail(g, MN_E_INVALID, "%s: block of %lld rows outside [1, 1024]", on, (long long)br);
+    const int64_t rows = d ? node_numel(x) / d : 0, s[2] = {(rows + br - 1) / br, d};
+    set_shape(n, 2, s);
+    return MN_OK;
+}
+
 static mn_status infer_ema(mn_graph *g, node *n) {
     const node *r = IN(0), *v = IN(1);
     char sa[96], sb[96];
@@ -814,6 +848,9 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return infer_attention_bwd(g, n);
     case OP_KV_APPEND:
         return infer_kv_append(g, n);
+    case OP_RMS_NORM: case OP_LAYER_NORM: case OP_RMS_NORM_BWD: case OP_RMS_NORM_BWD_W:
+    case OP_LAYER_NORM_BWD: case OP_LAYER_NORM_BWD_W:
+        return infer_norm(g, n);
     case OP_COUNT:
         break;
     }

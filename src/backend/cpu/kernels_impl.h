@@ -728,6 +728,7 @@ KN_DEF(sumsq) {
 /* ---- op families in their own files -------------------------------------- */
 
 #include "backend/cpu/kernels_transformer.h"
+#include "backend/cpu/kernels_norm.h"
 
 /* ---- the table ----------------------------------------------------------- */
 
