@@ -18,7 +18,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 73, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 74, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -572,7 +572,7 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
     case OP_UPSAMPLE_NEAREST2D: fprintf(f, " scale=%lld,%lld", (long long)n->ip[0], (long long)n->ip[1]); break;
     case OP_EMA_UPDATE: fprintf(f, " momentum=%.9g scale=%.9g", n->fp[0], n->fp[1]); break;
     case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", n->ip[0] ? "targets" : "logits"); break;
-    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD:
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_ROWS:
         if (n->ip[0]) fprintf(f, " ignore_index=%lld", (long long)n->ip[1]);
         if (n->fp[0] != 0) fprintf(f, " smoothing=%.9g", n->fp[0]);
         break;
@@ -731,7 +731,7 @@ mn_status mn_transpose(mn_graph *g, mn_tensor *out, mn_tensor x, int a0, int a1)
 }
 
 mn_status mn_cross_entropy(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels) {
-    return binary(g, out, OP_CROSS_ENTROPY, logits, labels);
+    return mn_cross_entropy_ex(g, out, logits, labels, NULL);
 }
 mn_status mn_cross_entropy_dense(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor targets) {
     return binary(g, out, OP_CROSS_ENTROPY_DENSE, logits, targets);

@@ -1,7 +1,7 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
- * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex, and the
+ * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, and the
  * composites rms_norm, layer_norm, group_norm, swiglu, geglu, l1_loss,
- * bce_with_logits, which build subgraphs of existing ops (they get backward
+ * bce_with_logits, cross_entropy_ex (ce_rows then cross_entropy), which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
  *
  * A composite either adds all its nodes or none: on any failure the nodes it
@@ -72,18 +72,6 @@ mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, ui
 
 mn_status mn_dropout(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, uint64_t seed) {
     return mn_dropout_ex(g, out, x, prob, seed, MN_NONE);
-}
-
-mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels,
-                              const mn_cross_entropy_params *cp) {
-    mn_tensor in[2] = {logits, labels};
-    node p = pw_proto(OP_CROSS_ENTROPY, 2, in);
-    if (cp) {
-        p.ip[0] = cp->use_ignore_index ? 1 : 0;
-        p.ip[1] = cp->use_ignore_index ? cp->ignore_index : 0;
-        p.fp[0] = cp->label_smoothing;
-    }
-    return pw_add(g, out, &p);
 }
 
 /* ---- inference rule for dropout --------------------------------------------- */
@@ -356,5 +344,27 @@ mn_status mn_bce_with_logits(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor
         txn_ok(&t, mn_log(g, &l, e1)) && txn_ok(&t, mn_add(g, &sp, r, l)) && txn_ok(&t, mn_mul(g, &xt, x, tg)) &&
         txn_ok(&t, mn_sub(g, &d, sp, xt)))
         txn_ok(&t, mn_mean(g, &y, d, MN_ALL_AXES, false));
+    return txn_end(&t, out, y);
+}
+
+/* ce_rows (per-row statistics, row-parallel) then cross_entropy (their mean). */
+mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels,
+                              const mn_cross_entropy_params *cp) {
+    pw_txn t;
+    if (!txn_begin(&t, g, out, "cross_entropy")) return t.st;
+    mn_tensor in[3] = {logits, labels, MN_NONE}, y = MN_NONE;
+    node p = pw_proto(OP_CE_ROWS, 2, in);
+    if (cp) {
+        p.ip[0] = cp->use_ignore_index ? 1 : 0;
+        p.ip[1] = cp->use_ignore_index ? cp->ignore_index : 0;
+        p.fp[0] = cp->label_smoothing;
+    }
+    node q = p; /* graph_add turns p's handles into node ids */
+    if (txn_ok(&t, graph_add(g, &in[2], &p))) {
+        q.op = OP_CROSS_ENTROPY;
+        q.nin = 3;
+        q.in[2] = in[2];
+        txn_ok(&t, graph_add(g, &y, &q));
+    }
     return txn_end(&t, out, y);
 }
