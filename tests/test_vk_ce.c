@@ -14,8 +14,8 @@
  * odd row counts with a vocabulary that is not a multiple of the workgroup;
  * a vocabulary below one subgroup; a label outside [0,C); every row ignored
  * (loss 0 and zero gradient, as the CPU). 1024 x 49152 (201 MB, paged over
- * several bindings) runs with the argument "big" (ctest test_vk_ce_big,
- * label slow).
+ * several bindings, checked) runs with the argument "big" (ctest
+ * test_vk_ce_big, about 1.5 GB of host memory).
  *
  * Skips (exit 77) without a Vulkan device.
  */
@@ -154,6 +154,14 @@ static void run_case(const ce_case *k) {
                k->name, (long long)k->B, (long long)k->C, lv, lc, eloss, erows, egrad, ok ? "ok" : "FAIL");
         CHECK_MSG(ok, "%s: Vulkan differs from the CPU", k->name);
         zero_rows_ok(k, gv, lab);
+        /* logits over one binding (lavapipe: 128 MiB) must be paged */
+        const bool paged = memplan_pages(&sv->plan, graph_id(cg.logits)) > 0;
+        if ((uint64_t)n * 4 > sv->plan.chunk_bytes)
+            CHECK_MSG(paged, "%s: logits of %zu bytes are not paged (chunk %llu)", k->name, n * 4,
+                      (unsigned long long)sv->plan.chunk_bytes);
+        if (paged)
+            printf("  %-22s logits paged over %llu bindings\n", k->name,
+                   (unsigned long long)memplan_pages(&sv->plan, graph_id(cg.logits)));
     }
     mn_session_destroy(sv);
     mn_session_destroy(sc);
