@@ -1,7 +1,8 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
- * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, and the
- * composites rms_norm, layer_norm, group_norm, swiglu, geglu, l1_loss,
- * bce_with_logits, cross_entropy_ex (ce_rows then cross_entropy), which build subgraphs of existing ops (they get backward
+ * the normalisations and the losses built on them: the primitives abs, clamp,
+ * pow, where, dropout, and the composites rms_norm, layer_norm, group_norm,
+ * swiglu, geglu, l1_loss, bce_with_logits, cross_entropy_ex (ce_rows then
+ * cross_entropy), which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
  *
  * A composite either adds all its nodes or none: on any failure the nodes it
