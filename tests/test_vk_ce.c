@@ -12,10 +12,14 @@
  * Cases: 128 x 49152 and 640 x 49152 (126 MB of logits, just under
  * lavapipe's 128 MiB binding) with ignore_index and label smoothing; one row;
  * odd row counts with a vocabulary that is not a multiple of the workgroup;
- * a vocabulary below one subgroup; a label outside [0,C); every row ignored
+ * a vocabulary below one subgroup; a label outside [0,C); -inf logits
+ * (masked classes); every row ignored
  * (loss 0 and zero gradient, as the CPU). 1024 x 49152 (201 MB, paged over
  * several bindings, checked) runs with the argument "big" (ctest
  * test_vk_ce_big, about 1.5 GB of host memory).
+ *
+ * Every case runs with ce_rows reducing by subgroup operations (where the
+ * device has them) and again by the shared-memory tree.
  *
  * Skips (exit 77) without a Vulkan device.
  */
@@ -24,6 +28,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "backend/vulkan/vk_util.h"
 #include "session/session.h"
 
 typedef struct ce_case {
@@ -32,6 +37,7 @@ typedef struct ce_case {
     bool ignore;      /* ignore_index = -100 on every 4th row (all rows when B <= 3) */
     float smoothing;
     bool bad_label;   /* row 1 gets label C (outside [0,C), counted, zero term) */
+    bool neg_inf;     /* every third logit but the label's is -inf (masked classes) */
 } ce_case;
 
 static mn_device *g_dev;
@@ -62,6 +68,9 @@ static void fill_case(const ce_case *k, float *x, int32_t *lab) {
         if (k->ignore && (b % 4 == 2 || k->B <= 3)) lab[b] = -100;
     }
     if (k->bad_label && k->B > 1) lab[1] = (int32_t)k->C;
+    for (int64_t b = 0; k->neg_inf && b < k->B; b++)
+        for (int64_t j = 0; j < k->C; j += 3)
+            if (j != lab[b]) x[b * k->C + j] = -INFINITY;
 }
 
 typedef struct ce_graph {
@@ -173,7 +182,7 @@ out:
 /* Every row ignored: the loss is 0 (the CPU's convention; PyTorch gives NaN)
  * and so is every gradient. */
 static void all_ignored(void) {
-    const ce_case k = {"all_ignored", 3, 70, true, 0.1f, false};
+    const ce_case k = {"all_ignored", 3, 70, true, 0.1f, false, false};
     float x[210], d[210];
     int32_t lab[3];
     ce_graph cg;
@@ -197,20 +206,29 @@ int main(int argc, char **argv) {
     g_dev = th_require_vulkan();
     if (!g_dev) return th_finish("test_vk_ce");
     static const ce_case cases[] = {
-        {"smollm_128", 128, 49152, false, 0.0f, false},
-        {"smollm_640_ignore_smooth", 640, 49152, true, 0.1f, false},
-        {"one_row", 1, 49152, false, 0.0f, false},
-        {"odd_rows_ignore", 7, 1000, true, 0.0f, true},
-        {"odd_rows_smooth", 33, 300, false, 0.25f, true},
-        {"tiny_vocab", 5, 3, true, 0.1f, false},
-        {"one_column", 3, 1, false, 0.0f, false},
+        {"smollm_128", 128, 49152, false, 0.0f, false, false},
+        {"smollm_640_ignore_smooth", 640, 49152, true, 0.1f, false, false},
+        {"one_row", 1, 49152, false, 0.0f, false, false},
+        {"odd_rows_ignore", 7, 1000, true, 0.0f, true, false},
+        {"odd_rows_smooth", 33, 300, false, 0.25f, true, false},
+        {"tiny_vocab", 5, 3, true, 0.1f, false, false},
+        {"one_column", 3, 1, false, 0.0f, false, false},
+        {"masked_neg_inf", 9, 4099, true, 0.0f, false, true},
     };
-    static const ce_case big = {"smollm_1024_paged", 1024, 49152, true, 0.1f, false};
-    if (argc > 1 && !strcmp(argv[1], "big")) {
-        run_case(&big);
-    } else {
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
-        all_ignored();
+    static const ce_case big = {"smollm_1024_paged", 1024, 49152, true, 0.1f, false, false};
+    /* ce_rows reduces with subgroup operations where the device has them:
+     * the cases run that way, then again with the shared-memory tree */
+    vk_caps *caps = &((vk_ctx *)g_dev->impl)->caps;
+    const bool sg = caps->subgroup_arith;
+    for (int pass = 0; pass < (sg ? 2 : 1); pass++) {
+        caps->subgroup_arith = sg && pass == 0;
+        printf("ce_rows reduction: %s\n", caps->subgroup_arith ? "subgroup operations" : "shared-memory tree");
+        if (argc > 1 && !strcmp(argv[1], "big")) {
+            run_case(&big);
+        } else {
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i]);
+            all_ignored();
+        }
     }
     mn_device_close(g_dev);
     return th_finish("test_vk_ce");

@@ -507,6 +507,7 @@ mn_status vkgen_ce_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk
     const node *x = in_node(g, n, 0);
     const uint64_t C = (uint64_t)x->shape[x->rank - 1], rows = (uint64_t)x->shape[0];
     def_ce(k, g, n, "CE_M_ROWS");
+    if (caps->subgroup_arith) vk_def(k, "MN_SUBGROUP", "1");
     /* 256 invocations per row; vocabularies beyond 2^22 take up to 1024 so
      * that a row stays well under lavapipe's 65535 loop iterations */
     const uint64_t want = C > min_group(caps) ? C : min_group(caps);

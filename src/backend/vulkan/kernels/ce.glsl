@@ -5,8 +5,10 @@
 //              exp(x - max), loss term) per row. One workgroup per row:
 //              invocation t reads columns t, t + LOCAL_X, ... (coalesced)
 //              keeping an online max and sum of exp (rescaled when the max
-//              grows), then a tree reduction of the (max, sum) pairs in
-//              shared memory; invocation 0 writes the row.
+//              grows), then a reduction of the (max, sum) pairs: subgroup
+//              operations and one pair per subgroup in shared memory
+//              (MN_SUBGROUP, the device has them), else a shared-memory
+//              tree; invocation 0 writes the row.
 //   CE_M_MEAN  cross_entropy (X1 labels, X2 rows) -> Y scalar: the mean of
 //              the loss terms over the counted rows. One workgroup; each
 //              invocation sums rows t, t + LOCAL_X, ..., then a tree sum.
@@ -26,14 +28,15 @@
 //   CE_HAS_SMOOTH, CE_SMOOTH, CE_ONE_M_SMOOTH, CE_SMOOTH_C  label smoothing
 //              s, 1 - s, s / NC: target = (1 - s) onehot + s / NC
 //   CE_HAS_COUNT  backward: X4(0) is the row count dividing dloss (else ROWS)
+//   MN_SUBGROUP   ce_rows: reduce with subgroup operations (preamble.glsl
+//              enables GL_KHR_shader_subgroup_{basic,vote,arithmetic})
 //
 // Numerics follow the CPU: the row max (first NaN wins) is subtracted before
 // exp, the loss term is log(s) + (1 - eps)(m - x[label]) + eps (m - mean x),
 // and a label outside [0, NC) gives a zero loss term / zero gradient row
 // (still counted). Sums are f32.
 //
-// Does not: use subgroup operations (the shared-memory tree serves every
-// device); handle more than one row per workgroup.
+// Does not: handle more than one row per workgroup.
 
 #define CE_M_ROWS 0
 #define CE_M_MEAN 1
@@ -92,6 +95,36 @@ void main() {
         lse_merge(m, s, v, v > -MN_INF || isnan(v) ? 1.0 : 0.0);
         sx += v;
     }
+#ifdef MN_SUBGROUP
+    // per subgroup: the max (a NaN kept apart: subgroupMax leaves it
+    // undefined), the sums rescaled to it; its first invocation stores the
+    // pair, invocation 0 merges the gl_NumSubgroups pairs
+    bool nan_m = subgroupAny(isnan(m));
+    float sm = subgroupMax(isnan(m) ? -MN_INF : m);
+    float ss = subgroupAdd(s == 0.0 ? 0.0 : s * mn_exp(m - sm));
+#if CE_HAS_SMOOTH
+    float sxs = subgroupAdd(sx);
+#endif
+    if (subgroupElect()) {
+        sh_m[gl_SubgroupID] = nan_m ? MN_NAN : sm;
+        sh_s[gl_SubgroupID] = nan_m ? MN_NAN : ss;
+#if CE_HAS_SMOOTH
+        sh_x[gl_SubgroupID] = sxs;
+#endif
+    }
+    memoryBarrierShared();
+    barrier();
+    if (t != 0u) return;
+    m = sh_m[0];
+    s = sh_s[0];
+    for (uint i = 1u; i < gl_NumSubgroups; i++) {
+        lse_merge(m, s, sh_m[i], sh_s[i]);
+#if CE_HAS_SMOOTH
+        sh_x[0] += sh_x[i];
+#endif
+    }
+#else
+    // shared-memory tree of the (max, sum) pairs
     sh_m[t] = m;
     sh_s[t] = s;
 #if CE_HAS_SMOOTH
@@ -115,6 +148,7 @@ void main() {
     if (t != 0u) return;
     m = sh_m[0];
     s = sh_s[0];
+#endif
     int lab = X1I(row);
     float term = 0.0;
     if (ce_counted(lab) && lab >= 0 && lab < int(NC)) {
