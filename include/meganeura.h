@@ -233,7 +233,9 @@ mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float p, uint6
  * and the mean is over the other rows (0, with zero gradient, when every row
  * is ignored; PyTorch gives NaN). label_smoothing in [0, 1]: the target is
  * (1 - s) onehot + s / C. A label outside [0, C) that is not ignored
- * contributes 0 and is still counted (PyTorch raises an error). */
+ * contributes 0 and is still counted (PyTorch raises an error). Adds two
+ * nodes: ce_rows (per-row max, sum of exp and loss term, row-parallel) and
+ * cross_entropy (their mean); the backward reads the rows. */
 typedef struct mn_cross_entropy_params {
     bool use_ignore_index;
     int32_t ignore_index; /* PyTorch's default is -100 */

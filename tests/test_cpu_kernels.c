@@ -450,34 +450,62 @@ static void test_softmax(void) {
 
 /* ---- losses -------------------------------------------------------------- */
 
+/* cross_entropy of logits x [4,5] and labels lab: ce_rows (node rows) then
+ * the mean (node ce); rv receives the row statistics [4,3]. */
+static double ce_loss(int mode, int32_t rows, int32_t ce, double *rv, double *x, int32_t *lab) {
+    double loss;
+    run(mode, rows, rv, x, (double *)lab);
+    run(mode, ce, &loss, x, (double *)lab, rv);
+    return loss;
+}
+
+/* d(r * loss)/dx by central differences of ce_loss (f64). */
+static void ce_fd(double *fd, int32_t rows, int32_t ce, double *x, int n, int32_t *lab, double r, double h) {
+    double rv[12];
+    for (int k = 0; k < n; k++) {
+        const double x0 = x[k];
+        x[k] = x0 + h;
+        const double lp = ce_loss(F64, rows, ce, rv, x, lab);
+        x[k] = x0 - h;
+        const double lm = ce_loss(F64, rows, ce, rv, x, lab);
+        x[k] = x0;
+        fd[k] = r * (lp - lm) / (2 * h);
+    }
+}
+
 static void test_cross_entropy(void) {
     g_reset();
     const int64_t B = 4, C = 5;
     const int32_t x = src(2, SH(B, C)), lab = src_i32(1, SH(B)), dl = src(0, NULL), t = src(2, SH(B, C));
-    const int32_t ce = mk(OP_CROSS_ENTROPY, MN_F32, 0, NULL, 2, INS(x, lab));
-    const int32_t ceb = mk(OP_CROSS_ENTROPY_BWD, MN_F32, 2, SH(B, C), 3, INS(x, lab, dl));
+    const int32_t rows = mk(OP_CE_ROWS, MN_F32, 2, SH(B, 3), 2, INS(x, lab));
+    const int32_t ce = mk(OP_CROSS_ENTROPY, MN_F32, 0, NULL, 3, INS(x, lab, rows));
+    const int32_t ceb = mk(OP_CROSS_ENTROPY_BWD, MN_F32, 2, SH(B, C), 4, INS(x, lab, dl, rows));
     const int32_t cd = mk(OP_CROSS_ENTROPY_DENSE, MN_F32, 0, NULL, 2, INS(x, t));
     const int32_t cdx = mk(OP_CROSS_ENTROPY_DENSE_BWD, MN_F32, 2, SH(B, C), 3, INS(x, t, dl));
     const int32_t cdt = mk(OP_CROSS_ENTROPY_DENSE_BWD, MN_F32, 2, SH(B, C), 3, INS(x, t, dl));
     G.nodes[cdt].ip[0] = 1;
     const int32_t mse = mk(OP_MSE, MN_F32, 0, NULL, 2, INS(x, t));
 
-    double xv[20], tv[20], loss, ref, dx[20], fd[20], one = 1;
+    double xv[20], tv[20], rv[12], loss, ref, dx[20], fd[20], one = 1;
     fill(xv, 20, -3, 3);
     fill(tv, 20, 0, 1);
     for (int mode = F64; mode <= F32; mode++) {
         int32_t lv[4] = {2, 0, 4, 1};
-        run(mode, ce, &loss, xv, (double *)lv);
+        loss = ce_loss(mode, rows, ce, rv, xv, lv);
         ref = 0;
         for (int b = 0; b < B; b++) {
-            double s = 0;
+            double s = 0, m = -INFINITY;
+            for (int c = 0; c < C; c++) m = fmax(m, xv[b * C + c]);
             for (int c = 0; c < C; c++) s += exp(xv[b * C + c]);
             ref += log(s) - xv[b * C + lv[b]];
+            CHECK_NEAR(rv[b * 3], m, mode ? 1e-6 : 0);
+            CHECK_NEAR(rv[b * 3 + 1], s * exp(-m), mode ? 1e-5 : 1e-13);
+            CHECK_NEAR(rv[b * 3 + 2], log(s) - xv[b * C + lv[b]], mode ? 1e-5 : 1e-13);
         }
         CHECK_NEAR(loss, ref / B, mode ? 1e-6 : 1e-14);
         /* out-of-range labels: contribute 0, still counted in B */
         int32_t bad[4] = {2, -1, 5, 1};
-        run(mode, ce, &loss, xv, (double *)bad);
+        loss = ce_loss(mode, rows, ce, rv, xv, bad);
         ref = 0;
         for (int b = 0; b < B; b += 3) {
             double s = 0;
@@ -486,16 +514,16 @@ static void test_cross_entropy(void) {
         }
         CHECK_NEAR(loss, ref / B, mode ? 1e-6 : 1e-14);
         double dls = 2.5;
-        run(mode, ceb, dx, xv, (double *)bad, &dls);
+        run(mode, ceb, dx, xv, (double *)bad, &dls, rv);
         double z = 0;
         for (int c = 0; c < 2 * C; c++) z += fabs(dx[C + c]);
         CHECK(z == 0);
         /* huge logits stay finite */
         double big[20];
         for (int i = 0; i < 20; i++) big[i] = i % 2 ? 1000 : -1000;
-        run(mode, ce, &loss, big, (double *)lv);
+        loss = ce_loss(mode, rows, ce, rv, big, lv);
         CHECK(isfinite(loss));
-        run(mode, ceb, dx, big, (double *)lv, &one);
+        run(mode, ceb, dx, big, (double *)lv, &one, rv);
         bool fin = true;
         for (int i = 0; i < 20; i++) fin = fin && isfinite(dx[i]);
         CHECK(fin);
@@ -504,13 +532,13 @@ static void test_cross_entropy(void) {
     /* gradients vs finite differences (f64), with dloss = 2.5 */
     int32_t lv[4] = {2, 0, 4, 1}, bad[4] = {2, -1, 5, 1};
     double dls = 2.5, r = 2.5;
-    double *ins[2] = {xv, (double *)lv};
-    run(F64, ceb, dx, xv, (double *)lv, &dls);
-    fd_grad(fd, ce, ins, 0, &r, 1e-6);
+    ce_loss(F64, rows, ce, rv, xv, lv);
+    run(F64, ceb, dx, xv, (double *)lv, &dls, rv);
+    ce_fd(fd, rows, ce, xv, 20, lv, dls, 1e-6);
     CHECK_ALL(dx, fd, 20, 1e-8, "cross_entropy_bwd vs fd");
-    ins[1] = (double *)bad;
-    run(F64, ceb, dx, xv, (double *)bad, &dls);
-    fd_grad(fd, ce, ins, 0, &r, 1e-6);
+    ce_loss(F64, rows, ce, rv, xv, bad);
+    run(F64, ceb, dx, xv, (double *)bad, &dls, rv);
+    ce_fd(fd, rows, ce, xv, 20, bad, dls, 1e-6);
     CHECK_ALL(dx, fd, 20, 1e-8, "cross_entropy_bwd (bad labels) vs fd");
 
     double *dins[2] = {xv, tv};

@@ -89,7 +89,8 @@ static void test_dump_mlp(void) {
         "%4 = matmul(%0, %2) : f32[2,4]\n"
         "%5 = add(%4, %3) : f32[2,4]\n"
         "%6 = relu(%5) : f32[2,4] \"logits\" output\n"
-        "%7 = cross_entropy(%6, %1) : f32[] loss\n";
+        "%7 = ce_rows(%6, %1) : f32[2,3]\n"
+        "%8 = cross_entropy(%6, %1, %7) : f32[] loss\n";
     char *got = dump_str(g);
     CHECK_MSG(got && strcmp(got, want) == 0, "mlp dump differs:\n--- got\n%s--- want\n%s", got ? got : "(null)", want);
     /* stable: a second dump is identical */

@@ -634,10 +634,12 @@ static void test_dump(void) {
     const char *want = "%2 = clamp(%0) : f32[2,3] min=-1 max=2\n"
                        "%3 = pow(%0) : f32[2,3] p=0.5\n"
                        "%4 = dropout(%0) : f32[2,3] p=0.25 seed=42\n"
-                       "%5 = cross_entropy(%0, %1) : f32[] ignore_index=-100 smoothing=0.100000001\n"
-                       "%6 = cross_entropy(%0, %1) : f32[]\n";
-    const char *want_norm = "%8 = rms_norm(%0, %7) : f32[2,3] eps=9.99999975e-06\n"
-                            "%9 = layer_norm(%0, %7) : f32[2,3] eps=0.25 bias\n";
+                       "%5 = ce_rows(%0, %1) : f32[2,3] ignore_index=-100 smoothing=0.100000001\n"
+                       "%6 = cross_entropy(%0, %1, %5) : f32[] ignore_index=-100 smoothing=0.100000001\n"
+                       "%7 = ce_rows(%0, %1) : f32[2,3]\n"
+                       "%8 = cross_entropy(%0, %1, %7) : f32[]\n";
+    const char *want_norm = "%10 = rms_norm(%0, %9) : f32[2,3] eps=9.99999975e-06\n"
+                            "%11 = layer_norm(%0, %9) : f32[2,3] eps=0.25 bias\n";
     CHECK_MSG(buf && strstr(buf, want) && strstr(buf, want_norm), "dump:\n%s", buf);
     free(buf);
     mn_graph_destroy(g);

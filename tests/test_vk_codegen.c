@@ -341,9 +341,10 @@ static void build_rows(mn_graph *g) {
         /* losses over [B, C] */
         mn_tensor lab = in_i(g, 1, SH(shapes[i].s[0])), t = in_f(g, 2, shapes[i].s), dl = in_f(g, 0, SH(1)), l;
         CHECK_OK(mn_cross_entropy(g, &l, x, lab), mn_graph_error(g));
+        const mn_tensor rows = graph_handle(g, g->nodes[graph_id(l)].in[2]); /* ce_rows */
         CHECK_OK(mn_cross_entropy_dense(g, &l, x, t), mn_graph_error(g));
         CHECK_OK(mn_mse(g, &l, x, t), mn_graph_error(g));
-        add(g, (spec){.op = OP_CROSS_ENTROPY_BWD, .nin = 3, .in = {x, lab, dl}});
+        add(g, (spec){.op = OP_CROSS_ENTROPY_BWD, .nin = 4, .in = {x, lab, dl, rows}});
         add(g, (spec){.op = OP_CROSS_ENTROPY_DENSE_BWD, .nin = 3, .in = {x, t, dl}, .ip = {0}});
         add(g, (spec){.op = OP_CROSS_ENTROPY_DENSE_BWD, .nin = 3, .in = {x, t, dl}, .ip = {1}});
     }
@@ -394,8 +395,8 @@ static void build_optim(mn_graph *g) {
 
 /* The pointwise family (issue 4): abs, clamp, pow (special exponents), where
  * with three-way broadcasting, dropout (p = 0, 1, with a counter), pw_bwd of
- * each op, ce_count, cross_entropy with ignore_index / label smoothing and
- * its backward with the count input; odd sizes and a large flat tensor. */
+ * each op, ce_count, cross_entropy (ce_rows and the mean) with ignore_index /
+ * label smoothing and its backward with the rows and count inputs; odd sizes and a large flat tensor. */
 static void build_pointwise(mn_graph *g) {
     const struct {
         int r;
@@ -430,9 +431,10 @@ static void build_pointwise(mn_graph *g) {
         const mn_cross_entropy_params ps[3] = {{true, -100, 0}, {false, 0, 0.1f}, {true, 3, 0.2f}};
         for (int k = 0; k < 3; k++) {
             CHECK_OK(mn_cross_entropy_ex(g, &l, x, lab, &ps[k]), mn_graph_error(g));
-            const node ln = g->nodes[l];
+            const node ln = g->nodes[graph_id(l)];
             mn_tensor cnt = add(g, (spec){.op = OP_CE_COUNT, .nin = 1, .in = {lab}, .ip = {ln.ip[0], ln.ip[1]}});
-            spec bw = {.op = OP_CROSS_ENTROPY_BWD, .nin = ln.ip[0] ? 4 : 3, .in = {x, lab, dl, cnt},
+            spec bw = {.op = OP_CROSS_ENTROPY_BWD, .nin = ln.ip[0] ? 5 : 4,
+                       .in = {x, lab, dl, graph_handle(g, ln.in[2]), cnt},
                        .ip = {ln.ip[0], ln.ip[1]}, .fp = {ln.fp[0]}};
             add(g, bw);
         }

@@ -210,20 +210,21 @@ static mn_status grad_reduce_to(adctx *c, const node *n, int32_t y, int32_t dy, 
     return helper(c, &dx[0], OP_BROADCAST, 1, &dy, &x, NULL);
 }
 
-/* With ignore_index the mean is over the rows not ignored: their count (a
- * CE_COUNT node) is the backward's fourth input. */
+/* dlogits from the forward's row statistics (its third input, CE_ROWS).
+ * With ignore_index the mean is over the rows not ignored: their count (a
+ * CE_COUNT node) is the backward's fifth input. */
 static mn_status grad_cross_entropy(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    int32_t in[4] = {n->in[0], n->in[1], dy, MN_NONE};
+    int32_t in[5] = {n->in[0], n->in[1], dy, n->in[2], MN_NONE};
     const node lg = c->g->nodes[n->in[0]];
     const mn_ce_attrs a = ce_attrs_of(n);
     mn_status st;
     node q = params_node();
     ce_attrs_set(&q, &(mn_ce_attrs){a.use_ignore, a.ignore_index, 0.0});
-    if (a.use_ignore && (st = helper(c, &in[3], OP_CE_COUNT, 1, &n->in[1], NULL, &q))) return st;
+    if (a.use_ignore && (st = helper(c, &in[4], OP_CE_COUNT, 1, &n->in[1], NULL, &q))) return st;
     node p;
     memset(&p, 0, sizeof p);
     p.op = OP_CROSS_ENTROPY_BWD;
-    p.nin = a.use_ignore ? 4 : 3;
+    p.nin = a.use_ignore ? 5 : 4;
     p.lr_mult = 1.0f;
     memcpy(p.in, in, sizeof in);
     memcpy(p.ip, n->ip, sizeof p.ip);

@@ -19,7 +19,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 79, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 80, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -583,7 +583,7 @@ static void dump_attrs(const node *n, FILE *f) {
         break;
     }
     case OP_CROSS_ENTROPY_DENSE_BWD: fprintf(f, " wrt=%s", ce_dense_wrt_targets(n) ? "targets" : "logits"); break;
-    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: {
+    case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_BWD: case OP_CE_ROWS: {
         const mn_ce_attrs a = ce_attrs_of(n);
         if (a.use_ignore) fprintf(f, " ignore_index=%lld", (long long)a.ignore_index);
         if (a.smoothing != 0) fprintf(f, " smoothing=%.9g", a.smoothing);
@@ -773,7 +773,7 @@ mn_status mn_transpose(mn_graph *g, mn_tensor *out, mn_tensor x, int a0, int a1)
 }
 
 mn_status mn_cross_entropy(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels) {
-    return binary(g, out, OP_CROSS_ENTROPY, logits, labels);
+    return mn_cross_entropy_ex(g, out, logits, labels, NULL);
 }
 mn_status mn_cross_entropy_dense(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor targets) {
     return binary(g, out, OP_CROSS_ENTROPY_DENSE, logits, targets);

@@ -1,6 +1,6 @@
 /* ops_pointwise.c - public constructors of the parameterised pointwise ops,
- * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout, cross_entropy_ex,
- * rms_norm, layer_norm (one node each, validated here), and the
+ * the normalisations and the losses built on them: the primitives abs, clamp, pow, where, dropout,
+ * rms_norm, layer_norm (one node each, validated here), cross_entropy_ex (ce_rows then cross_entropy), and the
  * composites group_norm (a layer_norm of [N, G, C/G * spatial] rows), swiglu, geglu, l1_loss,
  * bce_with_logits, which build subgraphs of existing ops (they get backward
  * and every backend for free). Also the inference-session rule for dropout.
@@ -71,17 +71,6 @@ mn_status mn_dropout_ex(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, ui
 
 mn_status mn_dropout(mn_graph *g, mn_tensor *out, mn_tensor x, float prob, uint64_t seed) {
     return mn_dropout_ex(g, out, x, prob, seed, MN_NONE);
-}
-
-mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels,
-                              const mn_cross_entropy_params *cp) {
-    mn_tensor in[2] = {logits, labels};
-    node p = pw_proto(OP_CROSS_ENTROPY, 2, in);
-    if (cp) {
-        ce_attrs_set(&p, &(mn_ce_attrs){cp->use_ignore_index ? 1 : 0, cp->use_ignore_index ? cp->ignore_index : 0,
-                                        cp->label_smoothing});
-    }
-    return pw_add(g, out, &p);
 }
 
 /* ---- inference rule for dropout --------------------------------------------- */
@@ -331,5 +320,26 @@ mn_status mn_bce_with_logits(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor
         txn_ok(&t, mn_log(g, &l, e1)) && txn_ok(&t, mn_add(g, &sp, r, l)) && txn_ok(&t, mn_mul(g, &xt, x, tg)) &&
         txn_ok(&t, mn_sub(g, &d, sp, xt)))
         txn_ok(&t, mn_mean(g, &y, d, MN_ALL_AXES, false));
+    return txn_end(&t, out, y);
+}
+
+/* ce_rows (per-row statistics, row-parallel) then cross_entropy (their mean). */
+mn_status mn_cross_entropy_ex(mn_graph *g, mn_tensor *out, mn_tensor logits, mn_tensor labels,
+                              const mn_cross_entropy_params *cp) {
+    pw_txn t;
+    if (!txn_begin(&t, g, out, "cross_entropy")) return t.st;
+    mn_tensor in[3] = {logits, labels, MN_NONE}, y = MN_NONE;
+    node p = pw_proto(OP_CE_ROWS, 2, in);
+    if (cp) {
+        ce_attrs_set(&p, &(mn_ce_attrs){cp->use_ignore_index ? 1 : 0, cp->use_ignore_index ? cp->ignore_index : 0,
+                                        cp->label_smoothing});
+    }
+    node q = p; /* graph_add turns p's handles into node ids */
+    if (txn_ok(&t, graph_add(g, &in[2], &p))) {
+        q.op = OP_CROSS_ENTROPY;
+        q.nin = 3;
+        q.in[2] = in[2];
+        txn_ok(&t, graph_add(g, &y, &q));
+    }
     return txn_end(&t, out, y);
 }

@@ -360,8 +360,9 @@ static mn_status infer_pointwise(mn_graph *g, node *n) {
     }
 }
 
-/* The options of cross_entropy (and its backward): use_ignore in {0, 1},
- * smoothing in [0, 1]; the backward's optional count is an f32 scalar. */
+/* The options of cross_entropy, ce_rows and the backward: ip[0] in {0, 1},
+ * fp[0] in [0, 1]; cross_entropy's and the backward's rows are f32 [B,3], the
+ * backward's optional count an f32 scalar. Logits and labels checked before. */
 static mn_status infer_ce_options(mn_graph *g, const node *n) {
     const char *on = op_table[n->op].name;
     const mn_ce_attrs a = ce_attrs_of(n);
@@ -372,8 +373,15 @@ static mn_status infer_ce_options(mn_graph *g, const node *n) {
         return graph_fail(g, MN_E_INVALID, "%s: ignore_index %lld is not an i32", on, (long long)a.ignore_index);
     if (!(a.smoothing >= 0 && a.smoothing <= 1))
         return graph_fail(g, MN_E_INVALID, "%s: label smoothing %g outside [0, 1]", on, a.smoothing);
-    if (n->nin == 4 && (IN(3)->dtype != MN_F32 || node_numel(IN(3)) != 1))
-        return graph_fail(g, MN_E_SHAPE, "%s: the row count must be an f32 scalar, got %s", on, SHP(sa, IN(3)));
+    if (n->op == OP_CE_ROWS) return MN_OK;
+    /* cross_entropy and its backward: the rows of ce_rows [B,3] */
+    const int ri = n->op == OP_CROSS_ENTROPY ? 2 : 3;
+    const node *r = IN(ri);
+    if (r->dtype != MN_F32 || r->rank != 2 || r->shape[0] != IN(0)->shape[0] || r->shape[1] != 3)
+        return graph_fail(g, MN_E_SHAPE, "%s: the row statistics must be f32 [%lld,3], got %s %s", on,
+                          (long long)IN(0)->shape[0], mn_dtype_name(r->dtype), SHP(sa, r));
+    if (n->nin == 5 && (IN(4)->dtype != MN_F32 || node_numel(IN(4)) != 1))
+        return graph_fail(g, MN_E_SHAPE, "%s: the row count must be an f32 scalar, got %s", on, SHP(sa, IN(4)));
     return MN_OK;
 }
 
@@ -773,6 +781,12 @@ mn_status graph_infer(mn_graph *g, node *n) {
         if (n->op == OP_CROSS_ENTROPY && (st = infer_ce_options(g, n))) return st;
         set_shape(n, 0, NULL);
         return MN_OK;
+    case OP_CE_ROWS: {
+        const int64_t s[2] = {IN(0)->rank == 2 ? IN(0)->shape[0] : 0, 3};
+        if ((st = infer_logits_pair(g, n, false)) || (st = infer_ce_options(g, n))) return st;
+        set_shape(n, 2, s);
+        return MN_OK;
+    }
     case OP_MSE:
         if ((st = need_f32(g, n, 0)) || (st = need_f32(g, n, 1)) || (st = same_shape(g, n, 0, 1))) return st;
         set_shape(n, 0, NULL);

@@ -310,69 +310,88 @@ KN_DEF(reduce_to) {
 
 /* ---- losses (scalar outputs, mean over rows B) --------------------------- */
 
-/* logits [B,C], labels i32 [B] -> mean over counted rows of
- * lse_b - (1 - s) x[b,label_b] - s mean_c x[b,c] (s = fp[0], label
- * smoothing; PyTorch's formula). With ip[0] = 1 a row whose label == ip[1]
- * (ignore_index) is skipped and not counted (0 if no row is counted); a label
- * outside [0,C) contributes 0 but is counted. */
-KN_DEF(cross_entropy) {
+/* Is row b's label ignored (ignore_index, ip[0] = 1, label == ip[1])? */
+static bool KN(ce_ignored)(const node *n, int32_t label) {
+    const mn_ce_attrs a = ce_attrs_of(n);
+    return a.use_ignore && label == a.ignore_index;
+}
+
+/* logits [B,C], labels i32 [B] -> rows [B,3]: max m, sum of exp(x - m), and
+ * the loss term lse - (1 - s) x[label] - s mean(x) (s = fp[0], label
+ * smoothing; PyTorch's formula), written as differences from the row max so
+ * that large logits do not cancel. The term is 0 for an ignored row and for a
+ * label outside [0,C); the statistics are those of the row in every case. */
+KN_DEF(ce_rows) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
-    const mn_ce_attrs a = ce_attrs_of(n);
-    const double eps = a.smoothing;
-    double tot = 0;
-    int64_t cnt = 0;
+    const double eps = ce_attrs_of(n).smoothing;
+    real *r = out;
     for (int64_t b = 0; b < B; b++) {
-        if (a.use_ignore && lab[b] == a.ignore_index) continue;
-        cnt++;
-        if (lab[b] < 0 || lab[b] >= C) continue;
         const real *x = (const real *)in[0] + b * C;
         real m;
         const double s = KN(row_stats)(x, C, &m);
-        if (eps == 0) {
-            tot += log(s) + (double)m - (double)x[lab[b]];
-        } else {
-            double sx = 0;
-            for (int64_t j = 0; j < C; j++) sx += (double)x[j];
-            /* lse - (1-eps) x_y - eps mean(x), written as differences from the
-             * row max so that large logits do not cancel */
-            tot += log(s) + (1 - eps) * ((double)m - (double)x[lab[b]]) + eps * ((double)m - sx / (double)C);
+        double term = 0;
+        if (!KN(ce_ignored)(n, lab[b]) && lab[b] >= 0 && lab[b] < C) {
+            term = log(s) + (1 - eps) * ((double)m - (double)x[lab[b]]);
+            if (eps != 0) {
+                double sx = 0;
+                for (int64_t j = 0; j < C; j++) sx += (double)x[j];
+                term += eps * ((double)m - sx / (double)C);
+            }
         }
+        r[b * 3] = m;
+        r[b * 3 + 1] = (real)s;
+        r[b * 3 + 2] = (real)term;
+    }
+}
+
+/* (logits [B,C], labels i32 [B], rows [B,3]) -> the mean of the rows' loss
+ * terms over the counted rows: with ip[0] = 1 a row whose label == ip[1]
+ * (ignore_index) is not counted (0 if no row is counted); a label outside
+ * [0,C) contributes 0 but is counted. */
+KN_DEF(cross_entropy) {
+    const int64_t B = kn_in(g, n, 1)->shape[0];
+    const int32_t *lab = in[1];
+    const real *r = in[2];
+    double tot = 0;
+    int64_t cnt = 0;
+    for (int64_t b = 0; b < B; b++) {
+        if (KN(ce_ignored)(n, lab[b])) continue;
+        cnt++;
+        tot += (double)r[b * 3 + 2];
     }
     *(real *)out = (real)(cnt ? tot / (double)cnt : 0.0);
 }
 
-/* (logits, labels, dloss[, count]) -> (softmax - target) * dloss / count with
- * target = (1 - s) onehot + s / C; count = in[3] if present, else the rows
- * not ignored (B without ignore_index); 0 if count is 0. Ignored rows and
- * rows with an out-of-range label get 0. */
+/* (logits, labels, dloss, rows[, count]) -> (softmax - target) * dloss /
+ * count with softmax = exp(x - rows.max) / rows.sumexp, target = (1 - s)
+ * onehot + s / C; count = in[4] if present, else the rows not ignored (B
+ * without ignore_index); 0 if count is 0. Ignored rows and rows with an
+ * out-of-range label get 0. */
 KN_DEF(cross_entropy_bwd) {
     const node *X = kn_in(g, n, 0);
     const int64_t C = KN(lastdim)(X), B = kn_numel(X) / C;
     const int32_t *lab = in[1];
-    const mn_ce_attrs a = ce_attrs_of(n);
-    const double eps = a.smoothing;
+    const real *r = in[3];
+    const double eps = ce_attrs_of(n).smoothing;
     double count = (double)B;
-    if (n->nin > 3) {
-        count = (double)*(const real *)in[3];
-    } else if (a.use_ignore) {
+    if (n->nin > 4) {
+        count = (double)*(const real *)in[4];
+    } else if (ce_attrs_of(n).use_ignore) {
         count = 0;
-        for (int64_t b = 0; b < B; b++) count += lab[b] != a.ignore_index;
+        for (int64_t b = 0; b < B; b++) count += !KN(ce_ignored)(n, lab[b]);
     }
     const double scale = count > 0 ? (double)*(const real *)in[2] / count : 0.0;
     for (int64_t b = 0; b < B; b++) {
         const real *x = (const real *)in[0] + b * C;
-        real *dx = (real *)out + b * C, m;
-        if (lab[b] < 0 || lab[b] >= C || (a.use_ignore && lab[b] == a.ignore_index)) {
-            for (int64_t j = 0; j < C; j++) dx[j] = 0;
-            continue;
-        }
-        const double s = KN(row_stats)(x, C, &m);
+        real *dx = (real *)out + b * C;
+        const bool zero = lab[b] < 0 || lab[b] >= C || KN(ce_ignored)(n, lab[b]);
+        const double m = (double)r[b * 3], s = (double)r[b * 3 + 1];
         for (int64_t j = 0; j < C; j++) {
-            const double p = exp((double)x[j] - (double)m) / s;
-            const double t = eps == 0 ? (j == lab[b] ? 1.0 : 0.0) : (j == lab[b] ? 1 - eps : 0.0) + eps / (double)C;
-            dx[j] = (real)((p - t) * scale);
+            const double p = exp((double)x[j] - m) / s;
+            const double t = (j == lab[b] ? 1 - eps : 0.0) + eps / (double)C;
+            dx[j] = zero ? (real)0 : (real)((p - t) * scale);
         }
     }
 }

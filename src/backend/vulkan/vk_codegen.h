@@ -69,6 +69,9 @@ typedef struct vk_caps {
      * and by any index (shaderStorageBufferArrayNonUniformIndexing). Paged
      * operands need one of the two. */
     bool dynamic_index, nonuniform;
+    /* compute shaders have the subgroup basic, vote and arithmetic
+     * operations (GL_KHR_shader_subgroup_*): reductions may use them */
+    bool subgroup_arith;
 } vk_caps;
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)

@@ -161,6 +161,10 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
                                   ? p->limits.maxPerStageDescriptorStorageBuffers
                                   : p->limits.maxDescriptorSetStorageBuffers;
     caps->subgroup_size = sg.subgroupSize;
+    const VkSubgroupFeatureFlags sg_need =
+        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    caps->subgroup_arith =
+        (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sg.supportedOperations & sg_need) == sg_need;
     caps->max_shared_bytes = p->limits.maxComputeSharedMemorySize;
     caps->max_invocations = p->limits.maxComputeWorkGroupInvocations;
     for (int i = 0; i < 3; i++) caps->max_groups[i] = p->limits.maxComputeWorkGroupCount[i];

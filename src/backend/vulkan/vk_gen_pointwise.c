@@ -7,8 +7,9 @@
  *            broadcast, permute: per-input offset expressions with the
  *            broadcast / permuted strides baked in
  *   reduce   sum, mean, max, sumsq, reduce_to, mse, max_bwd
- *   softmax  softmax, log_softmax, their backward ops, cross_entropy(_dense)
- *            and their backward ops
+ *   softmax  softmax, log_softmax, their backward ops, cross_entropy_dense
+ *            and its backward ops
+ *   ce       ce_rows, cross_entropy (the mean of the rows), cross_entropy_bwd
  *   optim    sgd_update, adam_update, clip_coef, step_gate
  * input, param, state, const and reshape (a view sharing its input's
  * storage) dispatch nothing: k->tmpl = NULL.
@@ -436,25 +437,6 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
     vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
     vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && ce_dense_wrt_targets(n) ? 1 : 0);
-    if (n->op == OP_CROSS_ENTROPY || n->op == OP_CROSS_ENTROPY_BWD) {
-        /* options: ignore_index, label smoothing (mn_ce_attrs), and the
-         * backward's row count input (CE_COUNT) */
-        const mn_ce_attrs a = ce_attrs_of(n);
-        const double eps = a.smoothing;
-        if (a.use_ignore) {
-            if (n->op == OP_CROSS_ENTROPY_BWD && n->nin < 4)
-                return fail(g, n, MN_E_INVALID, err, cap, "ignore_index needs the row count input (ce_count)");
-            vk_def(k, "CE_IGNORE", "1");
-            vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)a.ignore_index);
-        }
-        if (n->nin > 3) vk_def(k, "CE_HAS_COUNT", "1");
-        if (eps != 0) {
-            vk_def(k, "CE_HAS_SMOOTH", "1");
-            vk_def(k, "CE_SMOOTH", "%s", flit_of((float)eps).s);
-            vk_def(k, "CE_ONE_M_SMOOTH", "%s", flit_of((float)(1.0 - eps)).s);
-            vk_def(k, "CE_SMOOTH_C", "%s", flit_of((float)(eps / (double)C)).s);
-        }
-    }
     if (loss) {
         k->local[0] = local;
         k->groups[0] = k->groups[1] = k->groups[2] = 1;
@@ -484,21 +466,84 @@ mn_status vkgen_log_softmax_bwd(vk_kernel *k, const mn_graph *g, const node *n, 
                                 size_t cap) {
     return gen_rows(k, g, n, caps, "SM_LOG_SOFTMAX_BWD", false, err, cap);
 }
-mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
-                                  size_t cap) {
-    return gen_rows(k, g, n, caps, "SM_CE_BWD", false, err, cap);
-}
 mn_status vkgen_cross_entropy_dense_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                         char *err, size_t cap) {
     return gen_rows(k, g, n, caps, "SM_CE_DENSE_BWD", false, err, cap);
 }
-mn_status vkgen_cross_entropy(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
-                              size_t cap) {
-    return gen_rows(k, g, n, caps, "SM_CE", true, err, cap);
-}
 mn_status vkgen_cross_entropy_dense(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                     char *err, size_t cap) {
     return gen_rows(k, g, n, caps, "SM_CE_DENSE", true, err, cap);
+}
+
+/* ---- ce.glsl ------------------------------------------------------------- */
+
+/* The cross-entropy options shared by its three kernels: ignore_index (ip[0],
+ * ip[1]) and label smoothing (fp[0]), mn_ce_attrs; the row view of the logits. */
+static void def_ce(vk_kernel *k, const mn_graph *g, const node *n, const char *mode) {
+    const node *x = in_node(g, n, 0);
+    const int64_t C = x->shape[x->rank - 1], rows = C ? node_numel(x) / C : 0;
+    const mn_ce_attrs a = ce_attrs_of(n);
+    const double eps = a.smoothing;
+    k->tmpl = "ce";
+    vk_def(k, "CE_MODE", "%s", mode);
+    vk_def(k, "ROWS", "%lluu", (unsigned long long)rows);
+    vk_def(k, "NC", "%lluu", (unsigned long long)C);
+    vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
+    if (a.use_ignore) {
+        vk_def(k, "CE_IGNORE", "1");
+        vk_def(k, "CE_IGNORE_INDEX", "(%lld)", (long long)a.ignore_index);
+    }
+    if (eps != 0) {
+        vk_def(k, "CE_HAS_SMOOTH", "1");
+        vk_def(k, "CE_SMOOTH", "%s", flit_of((float)eps).s);
+        vk_def(k, "CE_ONE_M_SMOOTH", "%s", flit_of((float)(1.0 - eps)).s);
+        vk_def(k, "CE_SMOOTH_C", "%s", flit_of((float)(eps / (double)C)).s);
+    }
+}
+
+/* (logits [B,C], labels) -> [B,3]: one workgroup per row. */
+mn_status vkgen_ce_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                        size_t cap) {
+    mn_status s = check_size(g, n, caps, err, cap);
+    if (s) return s;
+    const node *x = in_node(g, n, 0);
+    const uint64_t C = (uint64_t)x->shape[x->rank - 1], rows = (uint64_t)x->shape[0];
+    def_ce(k, g, n, "CE_M_ROWS");
+    if (caps->subgroup_arith) vk_def(k, "MN_SUBGROUP", "1");
+    /* 256 invocations per row; vocabularies beyond 2^22 take up to 1024 so
+     * that a row stays well under lavapipe's 65535 loop iterations */
+    const uint64_t want = C > min_group(caps) ? C : min_group(caps);
+    const uint32_t local = pick_local_upto(caps, want, C > (1u << 22) ? 1024 : 256);
+    vk_launch_1d(k, caps, rows * local, local);
+    return MN_OK;
+}
+
+/* (logits, labels, rows [B,3]) -> scalar mean: one workgroup. */
+mn_status vkgen_cross_entropy(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                              size_t cap) {
+    mn_status s = check_size(g, n, caps, err, cap);
+    if (s) return s;
+    if (n->nin < 3) return fail(g, n, MN_E_INVALID, err, cap, "needs the row statistics input (ce_rows)");
+    def_ce(k, g, n, "CE_M_MEAN");
+    const uint32_t local = pick_local_upto(caps, (uint64_t)in_node(g, n, 0)->shape[0], 1024);
+    k->local[0] = local, k->local[1] = k->local[2] = 1;
+    k->groups[0] = k->groups[1] = k->groups[2] = 1;
+    vk_def(k, "NTHREADS", "%uu", local);
+    return MN_OK;
+}
+
+/* (logits, labels, dloss, rows[, count]) -> dlogits: one invocation per element. */
+mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                                  size_t cap) {
+    mn_status s = check_size(g, n, caps, err, cap);
+    if (s) return s;
+    if (n->nin < 4) return fail(g, n, MN_E_INVALID, err, cap, "needs the row statistics input (ce_rows)");
+    if (ce_attrs_of(n).use_ignore && n->nin < 5)
+        return fail(g, n, MN_E_INVALID, err, cap, "ignore_index needs the row count input (ce_count)");
+    def_ce(k, g, n, "CE_M_BWD");
+    if (n->nin > 4) vk_def(k, "CE_HAS_COUNT", "1");
+    vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
+    return MN_OK;
 }
 
 /* ---- optim.glsl ---------------------------------------------------------- */

@@ -4,6 +4,11 @@
 #ifdef MN_NONUNIFORM
 #extension GL_EXT_nonuniform_qualifier : require
 #endif
+#ifdef MN_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) in;
 

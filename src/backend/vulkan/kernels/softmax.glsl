@@ -2,8 +2,8 @@
 //
 // x is viewed as [ROWS, NC] (NC = size of the last axis). Row ops write a
 // tensor of x's shape: softmax, log_softmax, softmax_bwd, log_softmax_bwd,
-// cross_entropy_bwd, cross_entropy_dense_bwd. The losses (cross_entropy,
-// cross_entropy_dense) write one scalar from a single workgroup.
+// cross_entropy_dense_bwd. The loss cross_entropy_dense writes one scalar
+// from a single workgroup. (cross_entropy with class labels: ce.glsl.)
 //
 // Defines from vk_gen_pointwise.c:
 //   SM_OP      one of the SM_* below
@@ -12,21 +12,14 @@
 //                 it, statistics reduced in shared memory);
 //              0: a row is handled by one invocation
 //   CE_WRT_T   cross_entropy_dense_bwd only: 1 = gradient wrt the targets
-//   cross_entropy(_bwd) options, each absent = off:
-//   CE_IGNORE, CE_IGNORE_INDEX  rows with that label are skipped and not
-//              counted (the loss divides by the rows counted, 0 if none)
-//   CE_HAS_SMOOTH, CE_SMOOTH, CE_ONE_M_SMOOTH, CE_SMOOTH_C  label smoothing
-//              s, 1 - s, s / NC: target = (1 - s) onehot + s / NC
-//   CE_HAS_COUNT  backward: X3(0) is the row count dividing dloss (else ROWS)
 //
 // Row ops: one workgroup per row (ROW_COOP) or one invocation per row.
-// Losses: one workgroup; with ROW_COOP it walks the rows one after another,
+// Loss: one workgroup; with ROW_COOP it walks the rows one after another,
 // otherwise each invocation takes rows t, t + LOCAL_X, ... and the per-row
 // losses are summed in shared memory.
 //
 // Numerics follow the CPU: the row max (first NaN wins) is subtracted before
-// exp, log_softmax is (x - m) - log(s), a label outside [0, NC) gives a zero
-// loss term / zero gradient row (still counted in ROWS). Sums are f32.
+// exp, log_softmax is (x - m) - log(s). Sums are f32.
 //
 // Does not: write any element of another row; every output element is
 // written once, after the row's inputs have been read.
@@ -35,22 +28,10 @@
 #define SM_LOG_SOFTMAX 1
 #define SM_SOFTMAX_BWD 2
 #define SM_LOG_SOFTMAX_BWD 3
-#define SM_CE_BWD 4
 #define SM_CE_DENSE_BWD 5
-#define SM_CE 6
 #define SM_CE_DENSE 7
 
-#define SM_LOSS (SM_OP == SM_CE || SM_OP == SM_CE_DENSE)
-
-#ifndef CE_IGNORE
-#define CE_IGNORE 0
-#endif
-#ifndef CE_HAS_SMOOTH
-#define CE_HAS_SMOOTH 0
-#endif
-#ifndef CE_HAS_COUNT
-#define CE_HAS_COUNT 0
-#endif
+#define SM_LOSS (SM_OP == SM_CE_DENSE)
 
 // MN_INF, MN_NAN, mn_exp and mn_log come from mathlib.glsl.
 
@@ -120,66 +101,27 @@ float row_sumexp(uint base, float m) {
 
 #if SM_LOSS
 
-// Loss term of row b (cross_entropy: lse - x[label], with smoothing
-// log(s) + (1 - eps)(m - x[label]) + eps (m - mean x); dense: sum t *
-// log_softmax). counted: 1 if the row counts in the mean (not ignored).
-float row_loss(uint b, out float counted) {
+// Loss term of row b: sum t * log_softmax.
+float row_loss(uint b) {
     uint base = b * NC;
-    counted = 1.0;
-#if SM_OP == SM_CE
-    int lab = X1I(b);
-#if CE_IGNORE
-    if (lab == CE_IGNORE_INDEX) { // uniform: one row per step
-        counted = 0.0;
-        return 0.0;
-    }
-#endif
-    if (lab < 0 || lab >= int(NC)) return 0.0; // uniform: one row per step
-    float m = row_max(base);
-    float s = row_sumexp(base, m);
-#if CE_HAS_SMOOTH
-    float sx = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) sx += X0(base + j);
-    sx = ROW_SUM(sx);
-    return mn_log(s) + CE_ONE_M_SMOOTH * (m - X0(base + uint(lab))) + CE_SMOOTH * (m - sx / float(NC));
-#else
-    return mn_log(s) + (m - X0(base + uint(lab)));
-#endif
-#else
     float m = row_max(base);
     float ls = mn_log(row_sumexp(base, m));
     float acc = 0.0;
     for (uint j = LANE; j < NC; j += STEP) acc += X1(base + j) * ((X0(base + j) - m) - ls);
     return ROW_SUM(acc);
-#endif
 }
 
 void main() {
     uint t = gl_LocalInvocationID.x;
-    float tot = 0.0, cnt = 0.0, c;
+    float tot = 0.0;
 #if ROW_COOP
-    for (uint b = 0u; b < ROWS; b++) { // same value in every invocation
-        tot += row_loss(b, c);
-        cnt += c;
-    }
+    for (uint b = 0u; b < ROWS; b++) tot += row_loss(b); // same value in every invocation
 #else
-    for (uint b = t; b < ROWS; b += LOCAL_X) {
-        tot += row_loss(b, c);
-        cnt += c;
-    }
+    for (uint b = t; b < ROWS; b += LOCAL_X) tot += row_loss(b);
     tot = wg_sum(tot);
-#if CE_IGNORE
-    cnt = wg_sum(cnt);
-#endif
 #endif
     if (t != 0u) return;
-#if SM_OP == SM_CE && CE_IGNORE
-    Y(0) = cnt > 0.0 ? tot / cnt : 0.0;
-#elif SM_OP == SM_CE
-    Y(0) = tot / ROWS_F;
-#else
     Y(0) = -tot / ROWS_F;
-#endif
 }
 
 #else // row ops
@@ -205,17 +147,6 @@ void row_op(uint row) {
         Y(base + j) = dy - mn_exp(y) * s;
     }
 #else
-#if SM_OP == SM_CE_BWD
-    int lab = X1I(row);
-    bool skip = lab < 0 || lab >= int(NC);
-#if CE_IGNORE
-    skip = skip || lab == CE_IGNORE_INDEX;
-#endif
-    if (skip) { // uniform over the row's invocations
-        for (uint j = LANE; j < NC; j += STEP) Y(base + j) = 0.0;
-        return;
-    }
-#endif
     float m = row_max(base);
     float s = row_sumexp(base, m);
 #if SM_OP == SM_SOFTMAX
@@ -224,23 +155,6 @@ void row_op(uint row) {
 #elif SM_OP == SM_LOG_SOFTMAX
     float ls = mn_log(s);
     for (uint j = LANE; j < NC; j += STEP) Y(base + j) = (X0(base + j) - m) - ls;
-#elif SM_OP == SM_CE_BWD
-    // (softmax - target) * dloss / count
-#if CE_HAS_COUNT
-    float cnt = X3(0);
-    float scale = cnt > 0.0 ? X2(0) / cnt : 0.0;
-#else
-    float scale = X2(0) / ROWS_F;
-#endif
-    for (uint j = LANE; j < NC; j += STEP) {
-        float p = mn_exp(X0(base + j) - m) / s;
-#if CE_HAS_SMOOTH
-        float tgt = (j == uint(lab) ? CE_ONE_M_SMOOTH : 0.0) + CE_SMOOTH_C;
-#else
-        float tgt = j == uint(lab) ? 1.0 : 0.0;
-#endif
-        Y(base + j) = (p - tgt) * scale;
-    }
 #elif SM_OP == SM_CE_DENSE_BWD
     float scale = X2(0) / ROWS_F;
 #if CE_WRT_T
