@@ -604,7 +604,7 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         break;
     case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV:
         fprintf(f, " causal=%lld window=%lld scale=%.9g", (long long)n->ip[0], (long long)n->ip[1], n->fp[0]);
-        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", n->ip[2] ? "v" : "k");
+        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", n->ip[2] == 2 ? "kv" : n->ip[2] ? "v" : "k");
         break;
     default: break;
     }

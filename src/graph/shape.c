@@ -638,9 +638,10 @@ static mn_status infer_attention_bwd(mn_graph *g, node *n) {
     if (!shape_is(dout, 4, q->shape) || !shape_is(prep, 4, ps))
         return graph_fail(g, MN_E_SHAPE, "%s: dout %s or prep %s does not match q", op_table[n->op].name,
                           SHP(sa, dout), SHP(sb, prep));
-    if (n->op == OP_ATTENTION_BWD_KV && n->ip[2] != 0 && n->ip[2] != 1)
+    if (n->op == OP_ATTENTION_BWD_KV && (n->ip[2] < 0 || n->ip[2] > 2))
         return graph_fail(g, MN_E_INVALID, "attention_bwd_kv: wrt %lld", (long long)n->ip[2]);
     copy_shape_of(n, n->op == OP_ATTENTION_BWD_Q ? q : IN(1));
+    if (n->op == OP_ATTENTION_BWD_KV && n->ip[2] == 2) n->shape[0] *= 2; /* [2B, Hkv, Tk, D] = (dk; dv) */
     return MN_OK;
 }
 

@@ -108,6 +108,11 @@ static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, con
              {"AP_KH", n->ip[0]},   {"AP_KW", n->ip[1]},   {"AP_SH", n->ip[2]},  {"AP_SW", n->ip[3]},
              {"AP_PH", n->ip[4]},   {"AP_PW", n->ip[5]},   {"AP_DIV", n->ip[6]}, {"AP_BWD", bwd}};
     for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    /* loop iterations of an invocation: its window, or the windows holding its cell */
+    const uint64_t kh = (uint64_t)n->ip[0], kw = (uint64_t)n->ip[1];
+    const uint64_t sh = n->ip[2] > 0 ? (uint64_t)n->ip[2] : 1, sw = n->ip[3] > 0 ? (uint64_t)n->ip[3] : 1;
+    const uint64_t wh = bwd ? (kh + sh - 1) / sh : kh, ww = bwd ? (kw + sw - 1) / sw : kw;
+    if (!vk_loops_fit(caps, wh * ww + wh)) return vk_loop_fail(g, n, caps, wh * ww + wh, err, cap);
     k->tmpl = "avgpool2d";
     layout_launch(k, caps, n);
     return MN_OK;
