@@ -6,7 +6,7 @@
  * - shapes whose kernels crossed the limit before, forward and gradients
  *   against the CPU: attention at SmolLM2's shapes (9 query heads on 3 kv
  *   heads, head dim 64, 128 and 512 causal tokens; dk and dv from the one
- *   fused kernel; run by the slow test_vk_loop_limit_attention), attention
+ *   fused kernel; the ctest test_vk_loop_limit_attention), attention
  *   over a 40000-row key
  *   sequence, the embedding table gradient over 70000 ids, a 16.8M-element
  *   sum per output;
@@ -246,7 +246,8 @@ static void refuse_at_session(const vk_caps *caps) {
 }
 
 /* No argument: everything but SmolLM2's attention; "attention": that alone
- * (the ctest test_vk_loop_limit_attention, labelled slow). */
+ * (the ctest test_vk_loop_limit_attention; each half about 30 s on lavapipe
+ * with cold kernel caches). */
 int main(int argc, char **argv) {
     const bool attention = argc > 1 && strcmp(argv[1], "attention") == 0;
     vk_caps none = {0}, lim = {.loop_limit = 100};
