@@ -58,8 +58,10 @@
 
 #define AT_LOCAL uint(AT_R * AT_S)
 #define AT_LOADS ((AT_BK * AT_ITEMW + AT_LOCAL - 1u) / AT_LOCAL) // tile elements per invocation
-// for (d = 0; d < AT_D; d++) as a loop over runs of AT_DU columns, each run
-// unrolled: AT_D / AT_DU iterations for the loop limiter
+// for (l = 0; l < AT_LOADS; l++) and for (d = 0; d < AT_D; d++) as loops
+// over runs of AT_LU (AT_DU) steps, each run unrolled: AT_LOADS / AT_LU
+// (AT_D / AT_DU) iterations for the loop limiter; load steps past
+// AT_LOADS fall outside the tile and are skipped by the load's bound
 #define AT_FOR_LOAD(l) \
     for (uint l##_run = 0u; l##_run < AT_LOADS; l##_run += AT_LU) \
         [[unroll]] for (uint l##_u = 0u, l = l##_run; l##_u < AT_LU; l##_u++, l++)
