@@ -372,7 +372,8 @@ static mn_status grad_rope(adctx *c, const node *n, int32_t y, int32_t dy, int32
 /* Flash-attention backward: the row log-sum-exp is recomputed (one online
  * pass, no Tq x Tk matrix), packed with delta_i = dout_i . out_i, then dq is
  * gathered per query row and dk, dv per key row (a kv head summing the query
- * heads of its group): no atomics, no scatter. */
+ * heads of its group; one node computes both when both are needed): no
+ * atomics, no scatter. */
 static mn_status grad_attention(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const bool has_pos = n->nin > 3;
     const node q = c->g->nodes[n->in[0]], k = c->g->nodes[n->in[1]];
@@ -384,6 +385,17 @@ static mn_status grad_attention(adctx *c, const node *n, int32_t y, int32_t dy, 
     int32_t in[6] = {n->in[0], n->in[1], n->in[2], dy, prep, has_pos ? n->in[3] : MN_NONE};
     const int nin = has_pos ? 6 : 5;
     if (need(c, n, 0) && (st = helper(c, &dx[0], OP_ATTENTION_BWD_Q, nin, in, &q, n))) return st;
+    if (need(c, n, 1) && need(c, n, 2)) { /* one pass for both: [2B, ...] = (dk; dv), then the halves */
+        node p = *n;
+        mn_attention_attrs at = attention_attrs_of(n);
+        at.wrt = 2;
+        attention_attrs_set(&p, &at);
+        int32_t both;
+        if ((st = helper(c, &both, OP_ATTENTION_BWD_KV, nin, in, NULL, &p))) return st;
+        for (int which = 0; which < 2; which++)
+            if ((st = mn_slice(c->g, &dx[1 + which], both, 0, which * k.shape[0], k.shape[0]))) return st;
+        return MN_OK;
+    }
     for (int which = 0; which < 2; which++) {
         if (!need(c, n, 1 + which)) continue;
         node p = *n;

@@ -85,7 +85,7 @@ static inline bool ce_dense_wrt_targets(const node *n) { return n->ip[0] != 0; }
 static inline void ce_dense_wrt_set(node *n, bool targets) { n->ip[0] = targets; }
 
 /* ATTENTION and its helpers: ip[0] = causal, ip[1] = sliding window (0:
- * none), fp[0] = scale; ATTENTION_BWD_KV: ip[2] = wrt (0: k, 1: v) */
+ * none), fp[0] = scale; ATTENTION_BWD_KV: ip[2] = wrt (0: k, 1: v, 2: both, [2B,...]) */
 typedef struct mn_attention_attrs {
     int64_t causal; /* 0 or 1 (checked by the shape rule) */
     int64_t window;

@@ -633,7 +633,7 @@ static void dump_attrs(const node *n, FILE *f) {
     case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_BWD_Q: case OP_ATTENTION_BWD_KV: {
         const mn_attention_attrs a = attention_attrs_of(n);
         fprintf(f, " causal=%lld window=%lld scale=%.9g", (long long)a.causal, (long long)a.window, a.scale);
-        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", a.wrt ? "v" : "k");
+        if (n->op == OP_ATTENTION_BWD_KV) fprintf(f, " wrt=%s", a.wrt == 2 ? "kv" : a.wrt ? "v" : "k");
         break;
     }
     default: break;

@@ -699,9 +699,10 @@ static mn_status infer_attention_bwd(mn_graph *g, node *n) {
         return graph_fail(g, MN_E_SHAPE, "%s: dout %s or prep %s does not match q", op_table[n->op].name,
                           SHP(sa, dout), SHP(sb, prep));
     const int64_t wrt = attention_attrs_of(n).wrt;
-    if (n->op == OP_ATTENTION_BWD_KV && wrt != 0 && wrt != 1)
+    if (n->op == OP_ATTENTION_BWD_KV && (wrt < 0 || wrt > 2))
         return graph_fail(g, MN_E_INVALID, "attention_bwd_kv: wrt %lld", (long long)wrt);
     copy_shape_of(n, n->op == OP_ATTENTION_BWD_Q ? q : IN(1));
+    if (n->op == OP_ATTENTION_BWD_KV && wrt == 2) n->shape[0] *= 2; /* [2B, Hkv, Tk, D] = (dk; dv) */
     return MN_OK;
 }
 

@@ -245,15 +245,12 @@ KN_DEF(attention_bwd_q) {
         }
 }
 
-/* (q, k, v, dout, prep[, pos]) -> wrt 0: dk_j = scale * sum dS_ij q_i,
- * 1: dv_j = sum P_ij dout_i; sums over the query rows i of every query head
- * of kv head j's group. */
-KN_DEF(attention_bwd_kv) {
-    kn_attn a;
-    kn_attn_init(&a, g, n, in, 5);
+/* One kv gradient into dkv [B,Hkv,Tk,D]: wrt_v 0: dk_j = scale * sum dS_ij
+ * q_i, 1: dv_j = sum P_ij dout_i; sums over the query rows i of every query
+ * head of kv head j's group. */
+static void KN(attn_bwd_kv_one)(const kn_attn *ap, void *const in[NODE_MAX_IN], real *dkv, bool wrt_v) {
+    const kn_attn a = *ap;
     const real *q = in[0], *k = in[1], *v = in[2], *dout = in[3], *prep = in[4];
-    const bool wrt_v = attention_attrs_of(n).wrt != 0;
-    real *dkv = out;
     for (int64_t b = 0; b < a.B; b++)
         for (int64_t hk = 0; hk < a.Hkv; hk++)
             for (int64_t j = 0; j < a.Tk; j++) {
@@ -279,6 +276,18 @@ KN_DEF(attention_bwd_kv) {
                         dkv[kvrow + d0 + dd] = (real)(wrt_v ? acc[dd] : a.scale * acc[dd]);
                 }
             }
+}
+
+/* (q, k, v, dout, prep[, pos]) -> ip[2] = 0: dk, 1: dv [B,Hkv,Tk,D];
+ * 2: both, [2B,Hkv,Tk,D] = (dk; dv). */
+KN_DEF(attention_bwd_kv) {
+    kn_attn a;
+    kn_attn_init(&a, g, n, in, 5);
+    const int64_t part = a.B * a.Hkv * a.Tk * a.D;
+    real *y = out;
+    const int64_t wrt = attention_attrs_of(n).wrt;
+    for (int w = 0; w < 2; w++)
+        if (wrt == 2 || wrt == w) KN(attn_bwd_kv_one)(&a, in, y + (wrt == 2 ? w * part : 0), w == 1);
 }
 
 /* ---- KV cache ------------------------------------------------------------- */

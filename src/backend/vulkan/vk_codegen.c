@@ -166,6 +166,20 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     return MN_OK;
 }
 
+mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
+                       size_t cap) {
+    char shape[96];
+    size_t len = 0;
+    shape[0] = 0;
+    for (int d = 0; d < n->rank && len + 24 < sizeof shape; d++)
+        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "," : "", (long long)n->shape[d]);
+    mn_fmt(err, cap, "vulkan codegen: %s (%%%d) -> [%s]: its kernel needs %llu loop iterations per invocation, more "
+           "than the driver's shader loop limit of %u (lavapipe ends longer loops silently); run this node's "
+           "shape on the CPU backend or split it", op_table[n->op].name, (int)(n - g->nodes), shape,
+           (unsigned long long)iterations, caps->loop_limit);
+    return MN_E_UNSUPPORTED;
+}
+
 const char *vk_template(const char *name) {
     for (const vk_embedded *e = vk_embedded_templates; e->name; e++)
         if (strcmp(e->name, name) == 0) return e->text;

@@ -72,10 +72,22 @@ typedef struct vk_caps {
     /* compute shaders have the subgroup basic, vote and arithmetic
      * operations (GL_KHR_shader_subgroup_*): reductions may use them */
     bool subgroup_arith;
+    /* the driver's loop limiter: one per-invocation counter shared by every
+     * loop of a shader that is not unrolled, beyond which the loops silently
+     * end (lavapipe: 65535). Generators keep the serial iterations of an
+     * invocation below it or refuse the node. 0: no limit */
+    uint32_t loop_limit;
 } vk_caps;
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
 static inline int64_t vk_index_max(const vk_caps *c) { return c->index_max > 0 ? c->index_max : VK_INDEX_MAX_DEFAULT; }
+
+/* True if a kernel whose invocations each run `iterations` loop iterations
+ * (every loop not unrolled, nested ones multiplied) stays within the
+ * driver's loop limiter. */
+static inline bool vk_loops_fit(const vk_caps *c, uint64_t iterations) {
+    return c->loop_limit == 0 || iterations <= c->loop_limit;
+}
 
 #define VK_DEFINES_CAP 16384
 
@@ -141,6 +153,11 @@ void vk_bcast_strides(int64_t st[4], const node *x);
 mn_status vk_def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const int64_t dim[4],
                         const int64_t st[4], char *err, size_t cap);
 uint32_t vk_pick_local(const vk_caps *caps, uint64_t want);
+/* The error of a node whose kernel would exceed the driver's loop limiter:
+ * names the op, its output shape, the iterations and the limit. Returns
+ * MN_E_UNSUPPORTED. */
+mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
+                       size_t cap);
 
 /* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */
 char *vk_codegen_source(const vk_kernel *k);

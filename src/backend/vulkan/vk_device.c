@@ -145,6 +145,16 @@ static const char *type_name(VkPhysicalDeviceType t) {
     return n[type_rank(t)];
 }
 
+/* The loop limiter of the driver: llvmpipe (lavapipe) stops every loop of an
+ * invocation after 65535 iterations in all (gallivm's loop limiter). */
+static uint32_t driver_loop_limit(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p) {
+    if (p->apiVersion < VK_API_VERSION_1_2) return 0;
+    VkPhysicalDeviceDriverProperties dp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &dp};
+    vkGetPhysicalDeviceProperties2(d, &p2);
+    return dp.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? 65535u : 0u;
+}
+
 static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, vk_caps *caps) {
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
@@ -187,6 +197,7 @@ static void read_caps(VkPhysicalDevice d, const VkPhysicalDeviceProperties *p, v
     caps->offset_align = p->limits.minStorageBufferOffsetAlignment < 4 ? 4 : (uint32_t)p->limits.minStorageBufferOffsetAlignment;
     caps->index_max = VK_INDEX_MAX_DEFAULT;
     caps->push_off_max = UINT32_MAX;
+    caps->loop_limit = driver_loop_limit(d, p);
 }
 
 /* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits, at least 64 = MP_ALIGN,
@@ -340,6 +351,11 @@ mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
         fprintf(f, "   paged tensors: %u storage buffers per kernel, descriptor arrays indexed %s\n",
                 caps.max_stage_buffers,
                 caps.nonuniform ? "non-uniformly" : caps.dynamic_index ? "uniformly only (page loops)" : "not at all");
+        if (caps.loop_limit)
+            fprintf(f, "   shader loop limit %u iterations per invocation (all loops together; kernels keep below)\n",
+                    caps.loop_limit);
+        else
+            fprintf(f, "   shader loop limit none\n");
     }
     if (n == 0) fprintf(f, "no Vulkan devices\n");
     free(d);

@@ -111,6 +111,11 @@ static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, con
              {"AP_KH", a.kernel[0]}, {"AP_KW", a.kernel[1]}, {"AP_SH", a.stride[0]},  {"AP_SW", a.stride[1]},
              {"AP_PH", a.pad[0]},    {"AP_PW", a.pad[1]},    {"AP_DIV", a.divisor},   {"AP_BWD", bwd}};
     for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    /* loop iterations of an invocation: its window, or the windows holding its cell */
+    const uint64_t kh = (uint64_t)a.kernel[0], kw = (uint64_t)a.kernel[1];
+    const uint64_t sh = a.stride[0] > 0 ? (uint64_t)a.stride[0] : 1, sw = a.stride[1] > 0 ? (uint64_t)a.stride[1] : 1;
+    const uint64_t wh = bwd ? (kh + sh - 1) / sh : kh, ww = bwd ? (kw + sw - 1) / sw : kw;
+    if (!vk_loops_fit(caps, wh * ww + wh)) return vk_loop_fail(g, n, caps, wh * ww + wh, err, cap);
     k->tmpl = "avgpool2d";
     layout_launch(k, caps, n);
     return MN_OK;

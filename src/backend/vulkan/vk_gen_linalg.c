@@ -107,8 +107,9 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 
 /* Emits the GEMM defines and the launch: grid (M tiles, N tiles, batch),
  * each clamped to the device limit (the kernel strides over the rest). */
-static void gemm_emit(vk_kernel *k, const vk_caps *caps, gemm_cfg c, int map, int64_t M, int64_t N, int64_t K,
-                      int64_t batch, bool a_kfast, bool b_kfast) {
+static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
+                           int64_t M, int64_t N, int64_t K, int64_t batch, bool a_kfast, bool b_kfast, char *err,
+                           size_t cap) {
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
     vk_def(k, "MM_M", "%lld", (long long)M);
@@ -132,6 +133,14 @@ static void gemm_emit(vk_kernel *k, const vk_caps *caps, gemm_cfg c, int map, in
         k->groups[d] = (uint32_t)(tiles[d] < lim ? (tiles[d] ? tiles[d] : 1) : lim);
     }
     k->local[0] = gemm_invocations(&c), k->local[1] = 1, k->local[2] = 1;
+    /* loop iterations of an invocation: the tiles it strides over, each the
+     * K steps of its split and the merge of the splits (matmul.glsl; the
+     * loops inside a step are unrolled) */
+    uint64_t strides = 1;
+    for (int d = 0; d < 3; d++) strides *= cdiv(tiles[d] ? tiles[d] : 1, k->groups[d]);
+    const uint64_t ksteps = cdiv(cdiv((uint64_t)K, c.bk), c.ks);
+    const uint64_t iters = strides * (1 + ksteps + (c.ks > 1 ? (uint64_t)c.tm * (c.tn / 4) * (c.ks - 1) : 0));
+    return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }
 
 /* ---- matmul --------------------------------------------------------------- */
@@ -153,8 +162,8 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
     vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
     vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
-    gemm_emit(k, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1);
-    return MN_OK;
+    return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
+                     err, cap);
 }
 
 /* ---- convolution ---------------------------------------------------------- */
@@ -202,9 +211,11 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     if (conv_use_gemm(M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
-        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false, true);
-        return MN_OK;
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false,
+                         true, err, cap);
     }
+    if (!vk_loops_fit(caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg)))
+        return vk_loop_fail(g, n, caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg), err, cap);
     k->tmpl = "conv2d";
     vk_def(k, "CV_BIAS", "%d", n->nin > 2);
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
@@ -220,10 +231,11 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     if (conv_use_gemm(M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
-        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups, false,
-                  c.KH * c.KW > 1);
-        return MN_OK;
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups,
+                         false, c.KH * c.KW > 1, err, cap);
     }
+    if (!vk_loops_fit(caps, (uint64_t)(c.Og * c.KH * c.KW + c.Og * c.KH + c.Og)))
+        return vk_loop_fail(g, n, caps, (uint64_t)(c.Og * c.KH * c.KW + c.Og * c.KH + c.Og), err, cap);
     k->tmpl = "conv2d_bwd_input";
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
     return MN_OK;
@@ -236,8 +248,8 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
     if (conv_use_gemm(M, N, K)) {
-        gemm_emit(k, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true, true);
-        return MN_OK;
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true,
+                         true, err, cap);
     }
     /* Direct: one workgroup per dw element; a tree over 64 invocations when
      * the sum is long, else one invocation in the CPU reference's order. */
@@ -249,7 +261,9 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     if (gy > limy) gy = limy;
     k->local[0] = local;
     k->groups[0] = (uint32_t)gx, k->groups[1] = (uint32_t)gy;
-    return MN_OK;
+    /* per dw element of the invocation's stride: its share of the sum and the tree */
+    const uint64_t iters = cdiv(elems, gx * gy) * (cdiv((uint64_t)K, local) + 7);
+    return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }
 
 /* ---- max pooling ---------------------------------------------------------- */
@@ -270,8 +284,21 @@ static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, in
     vk_def(k, "MP_PW", "%lld", (long long)a.pad[1]);
 }
 
+/* Loop iterations of a max-pooling invocation: its window (the forward), or
+ * the argmax of every window holding its cell (the backward). */
+static uint64_t pool_iterations(const node *n, bool bwd) {
+    const mn_pool_attrs pa = pool_attrs_of(n);
+    const uint64_t kh = (uint64_t)pa.kernel[0], kw = (uint64_t)pa.kernel[1], win = kh * kw + kh;
+    const uint64_t sh = pa.stride[0] > 0 ? (uint64_t)pa.stride[0] : kh, sw = pa.stride[1] > 0 ? (uint64_t)pa.stride[1] : kw;
+    if (!bwd) return win;
+    const uint64_t wh = cdiv(kh, sh ? sh : 1), ww = cdiv(kw, sw ? sw : 1);
+    return wh * ww * (win + 1) + wh;
+}
+
 mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
+    if (!vk_loops_fit(caps, pool_iterations(n, false)))
+        return vk_loop_fail(g, n, caps, pool_iterations(n, false), err, cap);
     pool_defs(k, n, in_node(g, n, 0), n->shape[2], n->shape[3]);
     k->tmpl = "maxpool2d";
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);
@@ -282,6 +309,8 @@ mn_status vkgen_maxpool2d(vk_kernel *k, const mn_graph *g, const node *n, const 
 mn_status vkgen_maxpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                               char *err, size_t cap) {
     const node *dy = in_node(g, n, 1);
+    if (!vk_loops_fit(caps, pool_iterations(n, true)))
+        return vk_loop_fail(g, n, caps, pool_iterations(n, true), err, cap);
     pool_defs(k, n, in_node(g, n, 0), dy->shape[2], dy->shape[3]);
     k->tmpl = "maxpool2d_bwd";
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), 64);

@@ -324,6 +324,14 @@ static red_geom red_axis(const node *x, int64_t axis) {
     return r;
 }
 
+/* Loop iterations of a workgroup reduction's invocation: `passes` strided
+ * walks over the slice and the tree over local invocations. */
+static uint64_t red_iterations(int64_t len, uint32_t local, uint64_t passes) {
+    uint64_t lg = 0;
+    while ((1u << lg) < local) lg++;
+    return passes * (((uint64_t)len + local - 1) / local) + lg;
+}
+
 static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
                             bool mean, const red_geom *r, char *err, size_t cap) {
     mn_status s = check_size(g, n, caps, err, cap);
@@ -341,15 +349,18 @@ static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, cons
     if ((s = def_offset(k, g, n, "BASE", "o", r->odim, r->ost, err, cap)) ||
         (s = def_offset(k, g, n, "ROFF", "l", r->rdim, r->rst, err, cap)))
         return s;
+    const uint64_t passes = strcmp(op, "RED_MAXBWD") == 0 ? 2 : 1; /* max_bwd writes its slice again */
     if (serial) {
+        if (!vk_loops_fit(caps, passes * (uint64_t)r->len)) return vk_loop_fail(g, n, caps, passes * r->len, err, cap);
         vk_launch_1d(k, caps, (uint64_t)r->nout, pick_local(caps, 256));
     } else {
-        /* a lone output (all axes, mse, sumsq) gets the largest group: fewer
-         * loop iterations per invocation over a long slice (lavapipe stops
-         * a shader's loops after 65535 iterations in all: with 1024
-         * invocations that is 67M elements) */
+        /* a lone output (all axes, mse, sumsq) gets the largest group, and so
+         * does a slice too long for the driver's loop limit with 256 */
         uint64_t want = (uint64_t)r->len > min_group(caps) ? (uint64_t)r->len : min_group(caps);
         uint32_t local = pick_local_upto(caps, want, r->nout == 1 ? 1024 : 256);
+        if (!vk_loops_fit(caps, red_iterations(r->len, local, passes))) local = pick_local_upto(caps, want, 1024);
+        const uint64_t iters = red_iterations(r->len, local, passes);
+        if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
         vk_launch_1d(k, caps, (uint64_t)r->nout * local, local); /* one workgroup per output */
     }
     return MN_OK;
@@ -443,6 +454,9 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
         vk_def(k, "NTHREADS", "%uu", local);
     } else if (coop) {
         local = pick_local(caps, (uint64_t)C);
+        /* at most 4 strided passes over the row and 2 trees (softmax.glsl) */
+        const uint64_t iters = 4 * (((uint64_t)C + local - 1) / local) + 2 * 10;
+        if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
         vk_launch_1d(k, caps, (uint64_t)rows * local, local); /* one workgroup per row */
     } else {
         vk_launch_1d(k, caps, (uint64_t)rows, pick_local(caps, 64)); /* one invocation per row */

@@ -105,6 +105,10 @@ mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
     vk_def(k, "EB_D", "%lluu", (unsigned long long)D);
     vk_def(k, "EB_N", "%lluu", (unsigned long long)node_numel(tr_in(g, n, 0)));
     vk_def(k, "EB_PER", "%llu", (unsigned long long)((D + local - 1) / local));
+    const uint32_t unroll = local < 8 ? local : 8;
+    vk_def(k, "EB_UNROLL", "%uu", unroll);
+    const uint64_t iters = ((uint64_t)node_numel(tr_in(g, n, 0)) + local - 1) / local * (1 + local / unroll) + 1;
+    if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
     return tr_launch_groups(k, g, n, caps, (uint64_t)V, local, err, cap);
 }
 
@@ -148,6 +152,39 @@ mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_ca
 
 enum { AT_FWD = 0, AT_LSE = 1, AT_BWD_Q = 2, AT_BWD_KV = 3 };
 
+/* The unrolled run of a head-dimension loop (a divisor of D) and of the
+ * tile load (attention.glsl AT_DU, AT_LU): long enough to cut the loop
+ * limiter's count, short enough to keep the JIT-compiled code small. */
+static uint64_t at_du(int64_t D) { return D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : D % 2 == 0 ? 2 : 1; }
+#define AT_LU 8
+
+/* Head-dimension loops an item runs (all branches: a SIMD group may take
+ * each of them). */
+static uint64_t at_dloops(int op, int64_t wrt) {
+    switch (op) {
+    case AT_FWD: return 4; /* dot, and the three online-softmax updates */
+    case AT_LSE: return 1;
+    case AT_BWD_Q: return 3;
+    default: return wrt == 1 ? 2 : wrt == 0 ? 3 : 4;
+    }
+}
+
+/* Loop iterations of one attention invocation (attention.glsl): the row
+ * set-up; per tile of bk items the tile loop, its load runs and its share
+ * of the items with their head-dimension runs; then the merge of the S
+ * partial results (the forward's maxima and sums, one run per column
+ * group of each of the nout outputs with S steps each). */
+static uint64_t at_loop_iterations(uint64_t items, uint64_t bk, uint64_t local, uint64_t S, uint64_t itemw,
+                                   int64_t D, int op, int64_t wrt) {
+    const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(D);
+    const uint64_t loads = (bk * itemw + local - 1) / local, nout = op == AT_BWD_KV && wrt == 2 ? 2 : 1;
+    const uint64_t per_tile = 1 + (loads + AT_LU - 1) / AT_LU + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
+    uint64_t it = druns + 1 + tiles * per_tile;
+    if (op == AT_FWD || op == AT_LSE) it += S > 1 ? 2 * S : 0;
+    if (op != AT_LSE) it += nout * druns * (1 + (S > 1 ? S : 0));
+    return it;
+}
+
 /* Workgroup of LOCAL = R * S invocations: R rows of one head (query rows, or
  * key rows for dk/dv), each row's items (keys, or (query head, query row)
  * pairs) dealt round-robin to its S invocations, whose partial results are
@@ -167,13 +204,23 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     const uint32_t local = tr_local(caps, 64);
     uint32_t R = 1;
     while (R < rows && R < local) R *= 2;
-    const uint32_t S = local / R;
     const uint64_t itemw = op == AT_LSE ? (uint64_t)D : kv ? 2 * (uint64_t)D + 2 : 2 * (uint64_t)D;
     const uint64_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384, reserve = 2ull * local * 4;
     uint64_t bk = 64;
     while (bk > 1 && bk * itemw * 4 + reserve > smem) bk /= 2;
     if (bk * itemw * 4 + reserve > smem)
         return tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "head dimension too large for the device's shared memory");
+    /* fewer rows per workgroup, more invocations per row, while a row's
+     * items overrun the loop limiter */
+    const uint64_t items = kv ? (uint64_t)(Hq / Hkv) * (uint64_t)Tq : (uint64_t)Tk;
+    const int64_t wrt = kv ? attention_attrs_of(n).wrt : 0;
+    uint64_t iters = at_loop_iterations(items, bk, local, local / R, itemw, D, op, wrt);
+    while (!vk_loops_fit(caps, iters) && R > 1) {
+        R /= 2;
+        iters = at_loop_iterations(items, bk, local, local / R, itemw, D, op, wrt);
+    }
+    if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
+    const uint32_t S = local / R;
     const uint64_t nblk = (rows + R - 1) / R;
     char sc[48];
     k->tmpl = "attention";
@@ -186,12 +233,15 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     vk_def(k, "AT_TK", "%lld", (long long)Tk);
     vk_def(k, "AT_D", "%lldu", (long long)D);
     const mn_attention_attrs at = attention_attrs_of(n);
+    vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(D));
+    vk_def(k, "AT_LU", "%du", AT_LU);
     vk_def(k, "AT_CAUSAL", "%d", at.causal != 0);
     vk_def(k, "AT_WINDOW", "%lld", (long long)(at.causal ? at.window : 0));
     vk_def(k, "AT_SCALE", "%s", tr_flit(sc, sizeof sc, (float)at.scale));
     vk_def(k, "AT_HAS_POS", "%d", n->nin > pos_at);
     if (n->nin > pos_at) tr_def_pos(k, "AT_POS", pos_at);
-    vk_def(k, "AT_WRT_V", "%d", kv && at.wrt != 0);
+    vk_def(k, "AT_WRT_V", "%d", kv ? (int)at.wrt : 0);
+    vk_def(k, "AT_PART", "%lluu", (unsigned long long)(B * Hkv * Tk * D));
     vk_def(k, "AT_NROWS", "%llu", (unsigned long long)rows);
     vk_def(k, "AT_R", "%u", R);
     vk_def(k, "AT_S", "%u", S);
@@ -224,6 +274,7 @@ mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *
     mn_status st = tr_check_size(g, n, caps, err, cap);
     if (st) return st;
     const node *o = tr_in(g, n, 0);
+    if (!vk_loops_fit(caps, (uint64_t)o->shape[3])) return vk_loop_fail(g, n, caps, (uint64_t)o->shape[3], err, cap);
     k->tmpl = "attention_prep";
     vk_def(k, "AP_D", "%lldu", (long long)o->shape[3]);
     vk_def(k, "AP_ROWS", "%lluu", (unsigned long long)(node_numel(o) / o->shape[3]));

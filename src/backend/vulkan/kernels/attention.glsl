@@ -9,9 +9,10 @@
 //             (-inf for a row with no key)
 //   AT_BWD_Q  (q, k, v, dout, prep[, pos]) -> dq: per query row,
 //             scale * sum_j P_ij (dout_i . v_j - delta_i) k_j
-//   AT_BWD_KV (same inputs) -> dk (AT_WRT_V 0) or dv (1): per key row j,
-//             summed over the query rows of every query head of j's group:
-//             dk_j = scale * sum dS_ij q_i, dv_j = sum P_ij dout_i
+//   AT_BWD_KV (same inputs) -> dk (AT_WRT_V 0), dv (1) or both (2, into
+//             [2B,Hkv,Tk,D]: dv at offset AT_PART) in one pass: per key
+//             row j, summed over the query rows of every query head of j's
+//             group: dk_j = scale * sum dS_ij q_i, dv_j = sum P_ij dout_i
 // with P_ij = exp(s_ij - lse_i), s_ij = scale * q_i . k_j, and prep holding
 // (lse_i, delta_i = dout_i . out_i) per query row.
 //
@@ -31,6 +32,12 @@
 // shared memory (running maxima rescaled to the common one). Every output
 // element is written by one invocation; no atomics.
 //
+// Loops: lavapipe ends an invocation's loops after 65535 iterations in all,
+// so the head-dimension loops and the tile load run in unrolled runs of
+// AT_DU and AT_LU (short code, few counted iterations); the generator
+// counts the rest (tiles, the items / AT_S of each, the AT_S-way merge) and
+// picks AT_R (hence AT_S) to keep it under the device's limit.
+//
 // Numerics: f32 throughout; dot products are plain f32 sums. The online
 // rescaling keeps every exponent <= 0, so logits of 1e3 and more neither
 // overflow nor lose the softmax (tested). A row with no key writes zeros
@@ -38,7 +45,8 @@
 //
 // Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
 // X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
-// AT_TK, AT_D, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS, AT_WRT_V,
+// AT_TK, AT_D, AT_DU, AT_LU, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
+// AT_WRT_V, AT_PART,
 // AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_NBLK, TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (a later,
 // faster variant can slot in as another template).
@@ -49,6 +57,17 @@
 #define AT_BWD_KV 3
 
 #define AT_LOCAL uint(AT_R * AT_S)
+#define AT_LOADS ((AT_BK * AT_ITEMW + AT_LOCAL - 1u) / AT_LOCAL) // tile elements per invocation
+// for (l = 0; l < AT_LOADS; l++) and for (d = 0; d < AT_D; d++) as loops
+// over runs of AT_LU (AT_DU) steps, each run unrolled: AT_LOADS / AT_LU
+// (AT_D / AT_DU) iterations for the loop limiter; load steps past
+// AT_LOADS fall outside the tile and are skipped by the load's bound
+#define AT_FOR_LOAD(l) \
+    for (uint l##_run = 0u; l##_run < AT_LOADS; l##_run += AT_LU) \
+        [[unroll]] for (uint l##_u = 0u, l = l##_run; l##_u < AT_LU; l##_u++, l++)
+#define AT_FOR_D(d) \
+    for (uint d##_run = 0u; d##_run < AT_D; d##_run += AT_DU) \
+        [[unroll]] for (uint d##_u = 0u, d = d##_run; d##_u < AT_DU; d##_u++, d++)
 #define MN_NEG_INF uintBitsToFloat(0xff800000u)
 
 shared float sh_tile[AT_BK * AT_ITEMW];
@@ -68,6 +87,27 @@ bool at_valid(int i, int j) {
 #endif
     return true;
 }
+
+#if AT_OP == AT_BWD_Q || AT_OP == AT_BWD_KV
+// Y(base + d) = outscale * the sum of the AT_S partial a[d] of row r.
+void at_write_sum(float a[AT_D], uint t, uint r, uint s, bool live, uint base, float outscale) {
+    AT_FOR_D(d) {
+#if AT_S > 1
+        sh_a[t] = a[d];
+        memoryBarrierShared();
+        barrier();
+        if (live && s == 0u) {
+            float v = 0.0;
+            for (uint u = 0u; u < AT_S; u++) v += sh_a[r * AT_S + u];
+            Y(base + d) = outscale * v;
+        }
+        barrier();
+#else
+        if (live) Y(base + d) = outscale * a[d];
+#endif
+    }
+}
+#endif
 
 void main() {
     uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
@@ -123,17 +163,23 @@ void main() {
     float dov[AT_D];
     float lse = 0.0, delta = 0.0;
 #endif
-#if AT_OP == AT_BWD_KV && !AT_WRT_V
+#if AT_OP == AT_BWD_KV && AT_WRT_V != 1
     float vv[AT_D];
+#endif
+#if AT_OP == AT_BWD_KV && AT_WRT_V == 2
+    float accv[AT_D]; // dv beside dk in acc
 #endif
 #if AT_OP != AT_LSE
     float acc[AT_D];
 #endif
-    for (uint d = 0u; d < AT_D; d++) {
+    AT_FOR_D(d) {
 #if AT_OP == AT_BWD_KV
         rv[d] = live ? X1(rowoff + d) : 0.0;
-#if !AT_WRT_V
+#if AT_WRT_V != 1
         vv[d] = live ? X2(rowoff + d) : 0.0;
+#endif
+#if AT_WRT_V == 2
+        accv[d] = 0.0;
 #endif
 #else
         rv[d] = live ? X0(rowoff + d) : 0.0;
@@ -158,24 +204,27 @@ void main() {
     for (int base = 0; base < nitems; base += AT_BK) {
         int cnt = min(AT_BK, nitems - base);
         // cooperative load of items base .. base + cnt - 1
-        for (uint e = t; e < uint(cnt) * AT_ITEMW; e += AT_LOCAL) {
-            int u = base + int(e / AT_ITEMW);
-            uint c = e % AT_ITEMW;
+        AT_FOR_LOAD(ld) {
+            uint e = t + ld * AT_LOCAL;
+            if (e < uint(cnt) * AT_ITEMW) {
+                int u = base + int(e / AT_ITEMW);
+                uint c = e % AT_ITEMW;
 #if AT_OP == AT_BWD_KV
-            uint qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
-            float val;
-            if (c < AT_D) val = X0(qrow * AT_D + c);
-            else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
-            else val = X4(2u * qrow + (c - 2u * AT_D));
-            sh_tile[e] = val;
+                uint qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
+                float val;
+                if (c < AT_D) val = X0(qrow * AT_D + c);
+                else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
+                else val = X4(2u * qrow + (c - 2u * AT_D));
+                sh_tile[e] = val;
 #else
-            uint koff = kvbase + uint(lo + u) * AT_D;
+                uint koff = kvbase + uint(lo + u) * AT_D;
 #if AT_OP == AT_LSE
-            sh_tile[e] = X1(koff + c);
+                sh_tile[e] = X1(koff + c);
 #else
-            sh_tile[e] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+                sh_tile[e] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
 #endif
 #endif
+            }
         }
         memoryBarrierShared();
         barrier();
@@ -186,48 +235,51 @@ void main() {
                 int iq = ilo + (base + u) % ni;
                 if (!at_valid(iq, row)) continue;
                 float dot = 0.0;
-                for (uint d = 0u; d < AT_D; d++) dot += sh_tile[o + d] * rv[d];
+                AT_FOR_D(d) dot += sh_tile[o + d] * rv[d];
                 float p = exp(dot * AT_SCALE - sh_tile[o + 2u * AT_D]);
-#if AT_WRT_V
-                for (uint d = 0u; d < AT_D; d++) acc[d] += p * sh_tile[o + AT_D + d];
+#if AT_WRT_V == 1
+                AT_FOR_D(d) acc[d] += p * sh_tile[o + AT_D + d];
 #else
                 float dp = 0.0;
-                for (uint d = 0u; d < AT_D; d++) dp += sh_tile[o + AT_D + d] * vv[d];
+                AT_FOR_D(d) dp += sh_tile[o + AT_D + d] * vv[d];
                 float ds = p * (dp - sh_tile[o + 2u * AT_D + 1u]);
-                for (uint d = 0u; d < AT_D; d++) acc[d] += ds * sh_tile[o + d];
+                AT_FOR_D(d) acc[d] += ds * sh_tile[o + d];
+#if AT_WRT_V == 2
+                AT_FOR_D(d) accv[d] += p * sh_tile[o + AT_D + d];
+#endif
 #endif
 #else
                 int j = lo + base + u;
                 if (!at_valid(row, j)) continue;
                 float dot = 0.0;
-                for (uint d = 0u; d < AT_D; d++) dot += rv[d] * sh_tile[o + d];
+                AT_FOR_D(d) dot += rv[d] * sh_tile[o + d];
                 float sc = dot * AT_SCALE;
 #if AT_OP == AT_BWD_Q
                 float p = exp(sc - lse);
                 float dp = 0.0;
-                for (uint d = 0u; d < AT_D; d++) dp += dov[d] * sh_tile[o + AT_D + d];
+                AT_FOR_D(d) dp += dov[d] * sh_tile[o + AT_D + d];
                 float ds = p * (dp - delta);
-                for (uint d = 0u; d < AT_D; d++) acc[d] += ds * sh_tile[o + d];
+                AT_FOR_D(d) acc[d] += ds * sh_tile[o + d];
 #else
                 if (!any) {
                     m = sc;
                     l = 1.0;
 #if AT_OP == AT_FWD
-                    for (uint d = 0u; d < AT_D; d++) acc[d] = sh_tile[o + AT_D + d];
+                    AT_FOR_D(d) acc[d] = sh_tile[o + AT_D + d];
 #endif
                     any = true;
                 } else if (sc > m) {
                     float cf = exp(m - sc); // rescale the running sums to the new max
                     l = l * cf + 1.0;
 #if AT_OP == AT_FWD
-                    for (uint d = 0u; d < AT_D; d++) acc[d] = acc[d] * cf + sh_tile[o + AT_D + d];
+                    AT_FOR_D(d) acc[d] = acc[d] * cf + sh_tile[o + AT_D + d];
 #endif
                     m = sc;
                 } else {
                     float p = exp(sc - m);
                     l += p;
 #if AT_OP == AT_FWD
-                    for (uint d = 0u; d < AT_D; d++) acc[d] += p * sh_tile[o + AT_D + d];
+                    AT_FOR_D(d) acc[d] += p * sh_tile[o + AT_D + d];
 #endif
                 }
 #endif
@@ -266,7 +318,7 @@ void main() {
     if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
 #else
     float invl = rowany ? 1.0 / L : 0.0;
-    for (uint d = 0u; d < AT_D; d++) {
+    AT_FOR_D(d) {
 #if AT_S > 1
         sh_a[t] = acc[d] * f; // every read of sh_a above happened before the last barrier
         memoryBarrierShared();
@@ -283,25 +335,13 @@ void main() {
     }
 #endif
 #else // backward: sum the partial gradients
-#if AT_OP == AT_BWD_KV && AT_WRT_V
-    const float outscale = 1.0;
+#if AT_OP == AT_BWD_KV && AT_WRT_V == 1
+    at_write_sum(acc, t, r, s, live, rowoff, 1.0);
 #else
-    const float outscale = AT_SCALE;
+    at_write_sum(acc, t, r, s, live, rowoff, AT_SCALE);
 #endif
-    for (uint d = 0u; d < AT_D; d++) {
-#if AT_S > 1
-        sh_a[t] = acc[d];
-        memoryBarrierShared();
-        barrier();
-        if (live && s == 0u) {
-            float v = 0.0;
-            for (uint u = 0u; u < AT_S; u++) v += sh_a[r * AT_S + u];
-            Y(rowoff + d) = outscale * v;
-        }
-        barrier();
-#else
-        if (live) Y(rowoff + d) = outscale * acc[d];
+#if AT_OP == AT_BWD_KV && AT_WRT_V == 2
+    at_write_sum(accv, t, r, s, live, AT_PART + rowoff, 1.0);
 #endif
-    }
 #endif
 }

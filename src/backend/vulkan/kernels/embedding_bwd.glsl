@@ -5,8 +5,11 @@
 // its columns d = t, t + LOCAL_X, ... in position order, the CPU
 // reference's order, so the sums match it exactly. Out-of-range ids match no
 // row.
+// Loop iterations (the driver's loop limit): the walk over the chunks, and
+// per chunk LOCAL_X / EB_UNROLL runs of unrolled positions (an invocation's
+// columns unrolled too); the generator checks the count.
 // Inputs: X0 = ids (i32) [N], X1 = dy [N, D]. Defines: EB_V, EB_D, EB_N,
-// EB_PER (columns per invocation), TR_NWG.
+// EB_PER (columns per invocation), EB_UNROLL (divides LOCAL_X), TR_NWG.
 // Does not: sort, scatter or touch another row's gradient.
 
 shared uint sh_hit[LOCAL_X];
@@ -16,24 +19,28 @@ void main() {
     if (v >= TR_NWG) return; // uniform over the workgroup
     uint t = gl_LocalInvocationID.x;
     float acc[EB_PER];
-    for (uint e = 0u; e < EB_PER; e++) acc[e] = 0.0;
+    [[unroll]] for (uint e = 0u; e < EB_PER; e++) acc[e] = 0.0;
     for (uint base = 0u; base < EB_N; base += LOCAL_X) {
         uint p = base + t;
         sh_hit[t] = (p < EB_N && X0I(p) == int(v)) ? 1u : 0u;
         memoryBarrierShared();
         barrier();
-        uint cnt = min(uint(LOCAL_X), EB_N - base);
-        for (uint u = 0u; u < cnt; u++) {
-            if (sh_hit[u] == 0u) continue;
-            uint row = (base + u) * EB_D;
-            for (uint e = 0u; e < EB_PER; e++) {
-                uint d = t + e * LOCAL_X;
-                if (d < EB_D) acc[e] += X1(row + d);
+        // positions past EB_N were marked 0
+        for (uint u0 = 0u; u0 < uint(LOCAL_X); u0 += EB_UNROLL) {
+            [[unroll]] for (uint uu = 0u; uu < EB_UNROLL; uu++) {
+                uint u = u0 + uu;
+                if (sh_hit[u] != 0u) {
+                    uint row = (base + u) * EB_D;
+                    [[unroll]] for (uint e = 0u; e < EB_PER; e++) {
+                        uint d = t + e * LOCAL_X;
+                        if (d < EB_D) acc[e] += X1(row + d);
+                    }
+                }
             }
         }
         barrier(); // sh_hit is rewritten by the next chunk
     }
-    for (uint e = 0u; e < EB_PER; e++) {
+    [[unroll]] for (uint e = 0u; e < EB_PER; e++) {
         uint d = t + e * LOCAL_X;
         if (d < EB_D) Y(v * EB_D + d) = acc[e];
     }
