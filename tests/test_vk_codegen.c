@@ -281,6 +281,7 @@ static void build_reduce(mn_graph *g) {
             }
         }
         add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}});
+        if (r >= 2) add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}, .ip = {1}});
     }
     /* the 2-D grid with one workgroup per output: 70000 long slices */
     mn_tensor x = in_f(g, 2, SH(70000, 33)), y;

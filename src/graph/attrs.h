@@ -246,6 +246,9 @@ static inline void scale_factor_set(node *n, double s) { n->fp[0] = s; }
 
 /* CLIP_COEF, STEP_GATE: fp[0] = the global gradient norm to clip to (STEP_GATE: 0 = no clipping) */
 static inline double clip_norm(const node *n) { return n->fp[0]; }
+/* SUMSQ: ip[0] = 1: per row of the last axis (else over everything) */
+static inline bool sumsq_rows(const node *n) { return n->ip[0] != 0; }
+static inline void sumsq_rows_set(node *n, bool rows) { n->ip[0] = rows; }
 static inline void clip_norm_set(node *n, double c) { n->fp[0] = c; }
 
 #endif

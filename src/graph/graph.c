@@ -589,6 +589,9 @@ static void dump_attrs(const node *n, FILE *f) {
         if (a.smoothing != 0) fprintf(f, " smoothing=%.9g", a.smoothing);
         break;
     }
+    case OP_SUMSQ:
+        if (sumsq_rows(n)) fprintf(f, " rows");
+        break;
     case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)ce_attrs_of(n).ignore_index); break;
     case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM_BWD: fprintf(f, " eps=%.9g", norm_attrs_of(n).eps); break;
     case OP_LAYER_NORM: {

@@ -820,7 +820,17 @@ mn_status graph_infer(mn_graph *g, node *n) {
         copy_shape_of(n, IN(0));
         if ((st = same_shape(g, n, 0, 1))) return st;
         return MN_OK;
-    case OP_CLIP_COEF: case OP_SUMSQ:
+    case OP_SUMSQ:
+        if (sumsq_rows(n)) { /* [numel / last dim] */
+            const node *x = IN(0);
+            const int64_t last = x->rank ? x->shape[x->rank - 1] : 1, rows = last ? node_numel(x) / last : 0;
+            if (x->rank < 2) return graph_fail(g, MN_E_SHAPE, "sumsq: rows of a rank-%d tensor", x->rank);
+            set_shape(n, 1, &rows);
+            return MN_OK;
+        }
+        set_shape(n, 0, NULL);
+        return MN_OK;
+    case OP_CLIP_COEF:
         set_shape(n, 0, NULL);
         return MN_OK;
     case OP_STEP_GATE: { /* (loss[, sumsq]) -> [2] */

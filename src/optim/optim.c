@@ -88,6 +88,10 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
     return st;
 }
 
+/* Gradients of at least this many elements get their sum of squares per row
+ * first (SUMSQ rows, then SUM). */
+#define SUMSQ_ROWS_FROM 4096
+
 static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
                        int32_t *gate);
 
@@ -143,8 +147,14 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
             p.op = OP_SUMSQ;
             p.nin = 1;
             p.in[0] = grads[i];
+            /* a large gradient in two parallel levels: per row, then the
+             * rows (one workgroup for a whole tensor would be serial) */
+            const node *gn = &g->nodes[grads[i]];
+            const bool rows = gn->rank >= 2 && node_numel(gn) >= SUMSQ_ROWS_FROM && gn->shape[gn->rank - 1] > 0;
+            sumsq_rows_set(&p, rows);
             int32_t sq;
             if ((st = graph_add(g, &sq, &p))) return st;
+            if (rows && (st = mn_sum(g, &sq, sq, MN_ALL_AXES, false))) return st;
             if (total == MN_NONE) total = sq;
             else if ((st = mn_add(g, &total, total, sq))) return st;
         }

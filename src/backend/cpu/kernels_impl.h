@@ -731,12 +731,16 @@ KN_DEF(step_gate) {
     (void)g;
 }
 
-/* x -> sum(x*x), scalar. */
+/* x -> sum(x*x), scalar, or one per row of the last axis. */
 KN_DEF(sumsq) {
     const real *x = in[0];
-    double s = 0;
-    for (int64_t i = 0, cnt = kn_numel(kn_in(g, n, 0)); i < cnt; i++) s += (double)x[i] * (double)x[i];
-    *(real *)out = (real)s;
+    const int64_t cnt = kn_numel(kn_in(g, n, 0)), len = sumsq_rows(n) ? KN(lastdim)(kn_in(g, n, 0)) : cnt;
+    for (int64_t r = 0; len > 0 && r < cnt / len; r++) {
+        double s = 0;
+        for (int64_t i = r * len; i < (r + 1) * len; i++) s += (double)x[i] * (double)x[i];
+        ((real *)out)[r] = (real)s;
+    }
+    if (len == 0) *(real *)out = 0;
 }
 
 /* abs, clamp, pow, where, dropout, pw_bwd, ce_count */

@@ -385,7 +385,8 @@ mn_status vkgen_max_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk
     return gen_reduce(k, g, n, caps, "RED_MAXBWD", false, &r, err, cap);
 }
 mn_status vkgen_sumsq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    red_geom r = red_axis(in_node(g, n, 0), MN_ALL_AXES);
+    const node *x = in_node(g, n, 0);
+    red_geom r = red_axis(x, sumsq_rows(n) ? x->rank - 1 : MN_ALL_AXES);
     return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
 }
 /* mean((a - b)^2) over all elements (a and b have the same count). */
