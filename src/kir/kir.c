@@ -52,14 +52,29 @@ typedef struct group {
     int8_t next;
     int8_t members; /* the root included */
     bool matmul;    /* a matmul member: the kernel is that matmul with the rest as its epilogue */
+    bool costly;    /* a member (or the root) that is not cheap_in_epilogue */
 } group;
+
+/* Ops cheap enough to run in a matmul's epilogue, which is unrolled over
+ * every element of an invocation's micro-tile (64 copies): arithmetic and
+ * moves. A transcendental there (silu's exp) made the SwiGLU projection of
+ * a 512-token prefill 10x slower on an H200 (code size, registers). */
+static bool cheap_in_epilogue(op_id op) {
+    switch (op) {
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_NEG: case OP_RELU: case OP_STOP_GRAD:
+    case OP_BROADCAST:
+        return true;
+    default:
+        return false;
+    }
+}
 
 /* A matmul may join a pointwise group as its producer when it has the
  * root's shape exactly (the epilogue runs once per output element, at the
  * matmul's output index) and the group has no matmul yet. */
 static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
     const node *n = &g->nodes[m], *r = &g->nodes[root];
-    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || n->dtype != MN_F32 || n->rank != r->rank) return false;
+    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || gr->costly || n->dtype != MN_F32 || n->rank != r->rank) return false;
     for (int i = 0; i < 2; i++)
         if (g->nodes[n->in[i]].dtype != MN_F32) return false;
     for (int d = 0; d < n->rank; d++)
@@ -162,6 +177,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         gr[id].next = 0;
         gr[id].members = 1;
         gr[id].matmul = false;
+        gr[id].costly = !cheap_in_epilogue(nd->op);
         for (int i = 0; i < nd->nin; i++)
             if (!has(&gr[id], nd->in[i]) && gr[id].next < KIR_MAX_INPUTS) gr[id].ext[gr[id].next++] = nd->in[i];
     }
@@ -177,11 +193,13 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             group next;
             const bool mm = o->fuse_matmul && matmul_member(g, m, r, &gr[r]);
             if (pos[m] < 0 || k->root[m] != m || !(mm || fusible(g, m))) continue;
+            if (gr[r].matmul && !mm && !cheap_in_epilogue(mn->op)) continue;
             if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ)) continue;
             if (nuse[m] != 1 || user[m] != c || !broadcasts_to(mn, cn)) continue;
             if (writers[pos[r]] != writers[pos[m] + 1]) continue; /* an in-place write between them */
             if (gr[r].members >= KIR_MAX_MEMBERS || !fold(&next, &gr[r], g, m)) continue;
             next.matmul = next.matmul || mm;
+            next.costly = next.costly || (!mm && !cheap_in_epilogue(mn->op));
             gr[r] = next;
             k->root[m] = r;
             k->fused++;

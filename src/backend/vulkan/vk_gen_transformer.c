@@ -153,9 +153,15 @@ mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_ca
 enum { AT_FWD = 0, AT_LSE = 1, AT_BWD_Q = 2, AT_BWD_KV = 3 };
 
 /* The unrolled run of a head-dimension loop (a divisor of D) and of the
- * tile load (attention.glsl AT_DU, AT_LU): long enough to cut the loop
- * limiter's count, short enough to keep the JIT-compiled code small. */
-static uint64_t at_du(int64_t D) { return D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : D % 2 == 0 ? 2 : 1; }
+ * tile load (attention.glsl AT_DU, AT_LU): under a loop limiter, long enough
+ * to cut its count and short enough to keep the JIT-compiled code small;
+ * without one, the whole head dimension (one run: every index into the
+ * per-row register arrays is a constant, so they stay in registers; runs
+ * with a variable base put them in local memory, 2.5x slower on an H200). */
+static uint64_t at_du(const vk_caps *caps, int64_t D) {
+    if (!caps->loop_limit) return (uint64_t)D;
+    return D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : D % 2 == 0 ? 2 : 1;
+}
 #define AT_LU 8
 
 /* Head-dimension loops an item runs (all branches: a SIMD group may take
@@ -174,9 +180,9 @@ static uint64_t at_dloops(int op, int64_t wrt) {
  * of the items with their head-dimension runs; then the merge of the S
  * partial results (the forward's maxima and sums, one run per column
  * group of each of the nout outputs with S steps each). */
-static uint64_t at_loop_iterations(uint64_t items, uint64_t bk, uint64_t local, uint64_t S, uint64_t itemw,
-                                   int64_t D, int op, int64_t wrt) {
-    const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(D);
+static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t bk, uint64_t local, uint64_t S,
+                                   uint64_t itemw, int64_t D, int op, int64_t wrt) {
+    const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(caps, D);
     const uint64_t loads = (bk * itemw + local - 1) / local, nout = op == AT_BWD_KV && wrt == 2 ? 2 : 1;
     const uint64_t per_tile = 1 + (loads + AT_LU - 1) / AT_LU + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
     uint64_t it = druns + 1 + tiles * per_tile;
@@ -214,10 +220,10 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
      * items overrun the loop limiter */
     const uint64_t items = kv ? (uint64_t)(Hq / Hkv) * (uint64_t)Tq : (uint64_t)Tk;
     const int64_t wrt = kv ? attention_attrs_of(n).wrt : 0;
-    uint64_t iters = at_loop_iterations(items, bk, local, local / R, itemw, D, op, wrt);
+    uint64_t iters = at_loop_iterations(caps, items, bk, local, local / R, itemw, D, op, wrt);
     while (!vk_loops_fit(caps, iters) && R > 1) {
         R /= 2;
-        iters = at_loop_iterations(items, bk, local, local / R, itemw, D, op, wrt);
+        iters = at_loop_iterations(caps, items, bk, local, local / R, itemw, D, op, wrt);
     }
     if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
     const uint32_t S = local / R;
@@ -233,7 +239,8 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     vk_def(k, "AT_TK", "%lld", (long long)Tk);
     vk_def(k, "AT_D", "%lldu", (long long)D);
     const mn_attention_attrs at = attention_attrs_of(n);
-    vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(D));
+    vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(caps, D));
+    vk_def(k, "AT_D_ONE_RUN", "%d", at_du(caps, D) == (uint64_t)D);
     vk_def(k, "AT_LU", "%du", AT_LU);
     vk_def(k, "AT_CAUSAL", "%d", at.causal != 0);
     vk_def(k, "AT_WINDOW", "%lld", (long long)(at.causal ? at.window : 0));
