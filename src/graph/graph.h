@@ -129,6 +129,9 @@ bool op_is_source(op_id op);
  * (optimizer state) enters the name index. On error the graph is unchanged
  * and g->err names the op and shapes. */
 mn_status graph_add(mn_graph *g, int32_t *out, node *proto);
+/* A zeroed node of op over the handles in[0..nin) (lr_mult 1), to fill and
+ * pass to graph_add. */
+node graph_proto(op_id op, int nin, const mn_tensor *in);
 /* Shape inference for one node (graph/shape.c). */
 mn_status graph_infer(mn_graph *g, node *n);
 
