@@ -1,0 +1,164 @@
+/* vk_backend_impl.h - the Vulkan backend's private state (struct vkb) and
+ * the functions its files share: vk_backend.c (create, transfers, recording,
+ * submission, profiling; the vtable), vk_memory.c (arenas, chunks, where a
+ * tensor lives), vk_pipeline.c (descriptor layouts and sets, kernels and
+ * pipelines, the pipeline cache).
+ *
+ * Does not: define anything a caller outside src/backend/vulkan/ may use.
+ */
+#ifndef MN_VK_BACKEND_IMPL_H
+#define MN_VK_BACKEND_IMPL_H
+
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/vulkan/vk_cache.h"
+#include "backend/vulkan/vk_hazard.h"
+#include "kir/kir.h"
+#include "backend/vulkan/vk_util.h"
+#include "io/file.h"
+
+#define MAX_RECORDED 4
+/* MEGANEURA_FAULT_NO_BARRIERS (tests): 1 or "dispatch" drops the barriers
+ * between dispatches; "host" drops those around uploads and readbacks and
+ * at the start and end of a recorded step; "all" both. */
+#define FAULT_DISPATCH 1u
+#define FAULT_HOST 2u
+#define STAGING_BYTES (16u << 20)
+#define RB_BYTES 4096u /* staging tail for the readback nodes */
+#define PENDING_FILL 0x40 /* pending_arena flag: a vkCmdFillBuffer, not a copy (vkb_fill) */
+
+#define MAX_OPERANDS (1 + NODE_MAX_IN) /* descriptor bindings: the output, then each input */
+
+typedef struct node_rt {
+    int32_t pipe; /* index into pipes, -1: nothing to dispatch */
+    int32_t lay;  /* index into lays: its descriptor-set and pipeline layouts */
+    uint32_t groups[3];
+    uint32_t push[8];
+    VkDescriptorSet set; /* binding j: the tensor opnd[j] */
+    /* the dispatch's operands: opnd[0] = the output (the node), then the
+     * inputs (the node's, or a fused group's input tensors, kir.h) */
+    int32_t opnd[MAX_OPERANDS];
+    uint8_t nopnd;
+    uint8_t written; /* bit j: operand j >= 1 is written in place too */
+} node_rt;
+
+/* Layouts for one signature: descriptors per binding (1, or the pages of a
+ * paged operand). lays[0]: all 1, the kernels without paged operands. */
+typedef struct layout_entry {
+    uint32_t count[MAX_OPERANDS];
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+} layout_entry;
+
+typedef struct pipe_entry {
+    uint64_t key;
+    int32_t lay; /* its pipeline layout (lays) */
+    VkShaderModule module;
+    VkPipeline pipeline;
+} pipe_entry;
+
+typedef struct recorded {
+    const int32_t *list;
+    int32_t n;
+    VkCommandBuffer cb;
+    uint32_t nqueries;
+    uint8_t rb_mask; /* readback nodes (program.readback) copied to the host at its end */
+} recorded;
+
+/* Where one operand of a dispatch lives: what its descriptor binds and what
+ * the hazard planner tracks. */
+typedef struct operand_span {
+    uint32_t buf;      /* buffer id for the hazard planner: the arena */
+    VkDeviceSize at;   /* the binding's offset in the arena (for the hazard planner) */
+    VkBuffer handle;   /* the VkBuffer (arena chunk) holding the tensor */
+    VkDeviceSize offset, range; /* the binding: offset aligned to minStorageBufferOffsetAlignment */
+    uint64_t elem;     /* the tensor's first element from the binding's start (pc.off) */
+    VkDeviceSize span; /* the bytes from `at` the kernel may touch (hazards): range, or all pages */
+    uint32_t pages;    /* 0, or the chunks a paged tensor spans (handle..: the first; see page_info) */
+    bool live;         /* false: the tensor has no storage (bound to a dummy range, not tracked) */
+} operand_span;
+
+typedef struct prof_entry {
+    uint64_t calls;
+    double total_ns;
+} prof_entry;
+
+typedef struct vkb {
+    vk_ctx c;       /* a copy of the shared context, or our own */
+    bool owns_ctx;  /* destroy c at the end (not shared) */
+    const program *p;
+    bool lost;
+    VkDeviceSize chunk; /* bytes per arena chunk (the plan's chunk_bytes) */
+    VkBuffer *bufs[MP_ARENA_COUNT]; /* chunk k of arena a: bufs[a][k] */
+    VkDeviceMemory *mems[MP_ARENA_COUNT];
+    uint32_t nchunks[MP_ARENA_COUNT];
+    VkBuffer staging;
+    VkDeviceMemory staging_mem;
+    unsigned char *staging_map;
+    VkDeviceSize staging_size, staging_used;
+    VkBufferCopy *pending; /* uploads waiting in the staging buffer */
+    int8_t *pending_arena;
+    int npending, cap_pending;
+    layout_entry *lays;
+    int nlays, cap_lays;
+    VkDescriptorPool dpool; /* one set per dispatched node */
+    VkPipelineCache pcache;
+    pipe_entry *pipes;
+    int npipes, cap_pipes;
+    node_rt *rt;
+    VkCommandPool pool;
+    VkCommandBuffer upload_cb, once_cb;
+    recorded rec[MAX_RECORDED];
+    int nrec;
+    /* program.readback: copied by the recorded lists into the tail of the
+     * staging buffer (RB_BYTES past staging_size); fresh = the last execute
+     * copied it and nothing has written it since */
+    VkDeviceSize rb_off[PROGRAM_MAX_READBACK];
+    bool rb_ok[PROGRAM_MAX_READBACK], rb_fresh[PROGRAM_MAX_READBACK];
+    VkFence fence;
+    VkQueryPool qpool;
+    uint32_t qcap;
+    bool profile;
+    prof_entry *prof; /* per node */
+    FILE *trace;
+    double trace_clock_us;
+    bool trace_first;
+    double build_ms;
+    int kernels_compiled, kernels_cached;
+    /* host time per phase of execute (MEGANEURA_PROFILE): staging copies,
+     * upload recording, submit, wait; and the number of executes */
+    double host_copy_us, host_record_us, host_submit_us, host_wait_us;
+    uint64_t executes;
+    VkMemoryPropertyFlags staging_flags;
+    long fault_submits; /* MEGANEURA_FAULT_DEVICE_LOST=N: the Nth submit reports a lost device (tests) */
+    unsigned no_barriers; /* MEGANEURA_FAULT_NO_BARRIERS: FAULT_* classes of barriers not recorded (tests) */
+} vkb;
+
+/* vk_memory.c: the chunk of arena a holding byte off (*local: the offset in it). */
+VkBuffer vkb_chunk_at(const vkb *b, int a, VkDeviceSize off, VkDeviceSize *local);
+/* vk_memory.c: the arenas' chunks (checked against the heaps first) and the staging buffer. */
+mn_status vkb_make_arenas(vkb *b, char *err, size_t cap);
+/* vk_memory.c: where a tensor lives: buffer, binding, element offset, hazard span. */
+operand_span vkb_operand(const vkb *b, int32_t id);
+/* vk_memory.c: page j of a paged tensor, as a descriptor. */
+VkDescriptorBufferInfo vkb_page_info(const vkb *b, int32_t id, uint32_t j);
+/* vk_pipeline.c: generates, compiles (or finds) and lays out every dispatch's kernel. */
+mn_status vkb_build_kernels(vkb *b, char *err, size_t cap);
+/* vk_pipeline.c: the plain descriptor-set and pipeline layouts (lays[0]). */
+mn_status vkb_make_layout(vkb *b, char *err, size_t cap);
+/* vk_pipeline.c: one descriptor set per dispatched node, written once. */
+mn_status vkb_make_sets(vkb *b, char *err, size_t cap);
+/* vk_pipeline.c: the on-disk pipeline cache of this device and driver (vk_cache.c). */
+void vkb_pcache_load(vkb *b);
+void vkb_pcache_save(vkb *b);
+/* Records a failed Vulkan call in err (a lost device marks the backend lost). */
+mn_status vkb_fail(vkb *b, VkResult r, const char *call, char *err, size_t cap);
+
+#define VKCHECK(call, name)                                                                        \
+    do {                                                                                           \
+        VkResult r_ = (call);                                                                      \
+        if (r_ != VK_SUCCESS) return vkb_fail(b, r_, name, err, cap);                              \
+    } while (0)
+
+#endif

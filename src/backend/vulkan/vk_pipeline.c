@@ -1,0 +1,285 @@
+/* vk_pipeline.c - kernels of the Vulkan backend: descriptor-set and
+ * pipeline layouts per page-count signature, one descriptor set per
+ * dispatched node, the generated GLSL of every node or fused group compiled
+ * (or found in the caches) into pipelines, and the on-disk pipeline cache.
+ *
+ * Does not: generate GLSL (vk_codegen*.c, vk_gen_*.c), record or submit
+ * (vk_backend.c).
+ */
+#include "backend/vulkan/vk_backend_impl.h"
+
+/* The layouts for descriptor counts count[] (found or made): *out indexes
+ * b->lays. */
+static mn_status get_layout(vkb *b, const uint32_t *count, int32_t *out, char *err, size_t cap) {
+    for (int i = 0; i < b->nlays; i++)
+        if (memcmp(b->lays[i].count, count, sizeof b->lays[i].count) == 0) {
+            *out = i;
+            return MN_OK;
+        }
+    if (b->nlays == b->cap_lays) {
+        int c2 = b->cap_lays ? 2 * b->cap_lays : 4;
+        layout_entry *nl = realloc(b->lays, (size_t)c2 * sizeof *nl);
+        if (!nl) return MN_E_NOMEM;
+        b->lays = nl;
+        b->cap_lays = c2;
+    }
+    layout_entry *e = &b->lays[b->nlays];
+    memset(e, 0, sizeof *e);
+    memcpy(e->count, count, sizeof e->count);
+    VkDescriptorSetLayoutBinding bind[MAX_OPERANDS];
+    for (uint32_t i = 0; i < MAX_OPERANDS; i++)
+        bind[i] = (VkDescriptorSetLayoutBinding){i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, count[i],
+                                                 VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    li.bindingCount = MAX_OPERANDS;
+    li.pBindings = bind;
+    b->nlays++; /* destroyed with the rest, made or not */
+    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &e->dsl), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pi.setLayoutCount = 1;
+    pi.pSetLayouts = &e->dsl;
+    pi.pushConstantRangeCount = 1;
+    pi.pPushConstantRanges = &pr;
+    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &e->layout), "vkCreatePipelineLayout");
+    *out = b->nlays - 1;
+    return MN_OK;
+}
+
+mn_status vkb_make_layout(vkb *b, char *err, size_t cap) {
+    if (b->c.props.limits.maxPerStageDescriptorStorageBuffers < MAX_OPERANDS) {
+        mn_fmt(err, cap, "vulkan: '%s' allows %u storage buffers per shader stage; kernels bind up to %d",
+               b->c.props.deviceName, b->c.props.limits.maxPerStageDescriptorStorageBuffers, MAX_OPERANDS);
+        return MN_E_UNSUPPORTED;
+    }
+    uint32_t ones[MAX_OPERANDS];
+    for (int i = 0; i < MAX_OPERANDS; i++) ones[i] = 1;
+    int32_t idx;
+    return get_layout(b, ones, &idx, err, cap); /* lays[0] */
+}
+
+/* One descriptor set per dispatched node, written once: binding 0 = the
+ * output, 1 + i = input i, each the tensor's own bytes. Replays bind them;
+ * nothing is updated per step. */
+mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
+    const program *p = b->p;
+    uint32_t nsets = 0, ndesc = 0, most = 0;
+    for (int32_t i = 0; i < p->norder; i++) {
+        int32_t id = p->order[i];
+        if (b->rt[id].pipe < 0) continue;
+        nsets++;
+        uint32_t nd = 0; /* a set takes every descriptor of its layout, used or not */
+        for (int k = 0; k < MAX_OPERANDS; k++) nd += b->lays[b->rt[id].lay].count[k];
+        ndesc += nd;
+        if (nd > most) most = nd;
+    }
+    if (!nsets) return MN_OK;
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
+    VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    dpi.maxSets = nsets;
+    dpi.poolSizeCount = 1;
+    dpi.pPoolSizes = &ps;
+    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, NULL, &b->dpool), "vkCreateDescriptorPool");
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = b->dpool;
+    ai.descriptorSetCount = 1;
+    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
+    if (!info) return MN_E_NOMEM;
+    mn_status st = MN_OK;
+    for (int32_t i = 0; i < p->norder && !st; i++) {
+        int32_t id = p->order[i];
+        node_rt *rt = &b->rt[id];
+        if (rt->pipe < 0) continue;
+        ai.pSetLayouts = &b->lays[rt->lay].dsl;
+        VkResult r = vkAllocateDescriptorSets(b->c.device, &ai, &rt->set);
+        if (r != VK_SUCCESS) {
+            st = vkb_fail(b, r, "vkAllocateDescriptorSets", err, cap);
+            break;
+        }
+        VkWriteDescriptorSet w[MAX_OPERANDS];
+        uint32_t at = 0;
+        for (int k = 0; k < rt->nopnd; k++) {
+            int32_t t = rt->opnd[k];
+            operand_span o = vkb_operand(b, t);
+            w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+            w[k].dstSet = rt->set;
+            w[k].dstBinding = (uint32_t)k;
+            w[k].descriptorCount = o.pages ? o.pages : 1;
+            w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            w[k].pBufferInfo = &info[at];
+            if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+            for (uint32_t j = 0; j < o.pages; j++) info[at++] = vkb_page_info(b, t, j);
+        }
+        vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
+    }
+    free(info);
+    return st;
+}
+
+/* ---- pipeline cache (per device and driver, on disk: vk_cache.c) --------- */
+
+void vkb_pcache_load(vkb *b) {
+    char path[1200];
+    void *data = NULL;
+    size_t n = 0;
+    if (vk_pipeline_path(path, sizeof path, &b->c.props)) vk_pipeline_load(path, &b->c.props, &data, &n);
+    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    ci.initialDataSize = n;
+    ci.pInitialData = n ? data : NULL;
+    /* vk_cache.c checked our header, the checksum and the driver's header */
+    if (vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache) != VK_SUCCESS) {
+        ci.initialDataSize = 0;
+        ci.pInitialData = NULL;
+        vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache);
+    }
+    free(data);
+}
+
+void vkb_pcache_save(vkb *b) {
+    char path[1200];
+    size_t n = 0;
+    if (!vk_pipeline_path(path, sizeof path, &b->c.props) || !b->pcache ||
+        vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n)
+        return;
+    void *data = malloc(n);
+    if (!data) return;
+    if (vkGetPipelineCacheData(b->c.device, b->pcache, &n, data) == VK_SUCCESS)
+        vk_pipeline_store(path, &b->c.props, data, n);
+    free(data);
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+static uint64_t hash_str(const char *s) { return mn_hash_str(s); }
+
+static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t lay, int32_t *out, char *err,
+                              size_t cap) {
+    uint64_t key = hash_str(src);
+    for (int i = 0; i < b->npipes; i++)
+        if (b->pipes[i].key == key && b->pipes[i].lay == lay) {
+            *out = i;
+            return MN_OK;
+        }
+    uint32_t *words = NULL;
+    size_t nwords = 0;
+    bool cached = false;
+    mn_status st = vk_compile(&words, &nwords, src, label, &cached, err, cap);
+    if (st) return st;
+    cached ? b->kernels_cached++ : b->kernels_compiled++;
+    if (b->npipes == b->cap_pipes) {
+        int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
+        pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
+        if (!np) {
+            free(words);
+            return MN_E_NOMEM;
+        }
+        b->pipes = np;
+        b->cap_pipes = c2;
+    }
+    pipe_entry *e = &b->pipes[b->npipes];
+    memset(e, 0, sizeof *e);
+    e->key = key;
+    e->lay = lay;
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = nwords * 4;
+    mi.pCode = words;
+    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &e->module);
+    free(words);
+    if (r != VK_SUCCESS) return vkb_fail(b, r, "vkCreateShaderModule", err, cap);
+    VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage = (VkPipelineShaderStageCreateInfo){.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = e->module;
+    ci.stage.pName = "main";
+    ci.layout = b->lays[lay].layout;
+    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &e->pipeline);
+    if (r != VK_SUCCESS) {
+        vkDestroyShaderModule(b->c.device, e->module, NULL);
+        return vkb_fail(b, r, "vkCreateComputePipelines", err, cap);
+    }
+    *out = b->npipes++;
+    return MN_OK;
+}
+
+mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
+    const program *p = b->p;
+    const char *dump = getenv("MEGANEURA_DUMP");
+    bool dump_glsl = dump && strstr(dump, "glsl");
+    vk_kernel *k = malloc(sizeof *k);
+    if (!k) return MN_E_NOMEM;
+    mn_status st = MN_OK;
+    const int32_t *kr = p->kernel_root;
+    for (int32_t i = 0; i < p->norder && !st; i++) {
+        int32_t id = p->order[i];
+        const node *n = &p->g->nodes[id];
+        node_rt *rt = &b->rt[id];
+        rt->pipe = -1;
+        if (kr && kr[id] != id) continue; /* computed by its root's kernel */
+        /* the members folded into this node's kernel directly precede it */
+        int nm = 0;
+        while (kr && nm < i && kr[p->order[i - 1 - nm]] == id) nm++;
+        rt->opnd[0] = id;
+        rt->written = 0;
+        if (nm) {
+            int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
+            int next = 0;
+            if (nm >= KIR_MAX_MEMBERS) {
+                mn_fmt(err, cap, "vulkan: fused kernel of %%%d has %d members", id, nm);
+                st = MN_E_INVALID;
+                break;
+            }
+            for (int j = 0; j < nm; j++) members[j] = p->order[i - nm + j];
+            if ((st = vk_codegen_fused(k, p->g, id, members, nm, ext, &next, p->plan, &b->c.caps, err, cap))) break;
+            for (int j = 0; j < next; j++) rt->opnd[1 + j] = ext[j];
+            rt->nopnd = (uint8_t)(1 + next);
+        } else {
+            if ((st = vk_codegen_node(k, p->g, id, p->plan, &b->c.caps, err, cap))) break;
+            for (int j = 0; j < n->nin; j++) {
+                rt->opnd[1 + j] = n->in[j];
+                if (vk_input_written(n, j)) rt->written |= (uint8_t)(1u << (1 + j));
+            }
+            rt->nopnd = (uint8_t)(1 + n->nin);
+        }
+        if (!k->tmpl) continue;
+        char *src = vk_codegen_source(k);
+        if (!src) {
+            mn_fmt(err, cap, "vulkan: no kernel template '%s' for %s (%%%d)", k->tmpl, op_table[n->op].name, id);
+            st = MN_E_UNSUPPORTED;
+            break;
+        }
+        if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
+        char label[64];
+        snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
+        /* one descriptor per binding, or per page of a paged vkb_operand (the
+         * source names the page counts: one source, one layout); a layout
+         * with a paged operand leaves the bindings past the node's inputs
+         * empty, so its descriptors are those vk_codegen_node counted
+         * against the device's per-stage limit */
+        uint32_t count[MAX_OPERANDS];
+        bool paged = false;
+        for (int j = 0; j < MAX_OPERANDS; j++) {
+            uint64_t pg = j < rt->nopnd ? memplan_pages(p->plan, rt->opnd[j]) : 0;
+            count[j] = pg ? (uint32_t)pg : 1;
+            paged |= pg > 0;
+        }
+        for (int j = rt->nopnd; paged && j < MAX_OPERANDS; j++) count[j] = 0;
+        st = get_layout(b, count, &rt->lay, err, cap);
+        if (!st) st = get_pipeline(b, src, label, rt->lay, &rt->pipe, err, cap);
+        free(src);
+        memcpy(rt->groups, k->groups, sizeof rt->groups);
+        for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
+            int32_t t = rt->opnd[j];
+            operand_span o = vkb_operand(b, t);
+            if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
+                mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
+                       "constant (at most %llu)", op_table[n->op].name, id, (unsigned long long)o.elem,
+                       p->g->nodes[t].name ? p->g->nodes[t].name : op_table[p->g->nodes[t].op].name, t,
+                       (unsigned long long)b->c.caps.push_off_max);
+                st = MN_E_UNSUPPORTED;
+            }
+            rt->push[j] = (uint32_t)o.elem;
+        }
+    }
+    free(k);
+    return st;
+}
