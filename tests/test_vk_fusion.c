@@ -5,8 +5,10 @@
  * and fusion dispatches fewer kernels. Models: a tiny Llama (training steps,
  * AdamW; and KV-cache decoding, where an in-place cache append sits between
  * producers and consumers), a conv + batch-norm + residual block (the
- * composite batch norm is mostly pointwise), and a graph whose intermediate
- * values are outputs (never folded: the user reads them).
+ * composite batch norm is mostly pointwise), an MLP whose matmuls take their
+ * bias, relu and residual add as epilogues (also against
+ * MEGANEURA_FUSION=pointwise), and a graph whose intermediate values are
+ * outputs (never folded: the user reads them).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -247,6 +249,81 @@ static void test_conv_block(mn_device *dev) {
     printf("conv + batch norm block step: %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
 }
 
+/* ---- an MLP: matmul epilogues (bias broadcast, relu, residual) ------------ */
+
+enum { MB = 5, MI = 24, MH = 24, MSTEPS = 2 }; /* 5 rows: partial matmul tiles */
+
+typedef struct mlp_run {
+    float loss[MSTEPS], w1[MI * MH], b1[MH], y[MB * MH];
+    int kernels, folded;
+} mlp_run;
+
+static bool mlp_train(mlp_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    const int64_t xs[2] = {MB, MI}, ws[2] = {MI, MH}, bs[1] = {MH};
+    mn_tensor x, t, w1, b1, w2, h, hb, a, o, res, loss;
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 2, xs);
+    if (!st) st = mn_graph_input(g, &t, "t", MN_F32, 2, xs);
+    if (!st) st = mn_graph_param(g, &w1, "w1", 2, ws, (mn_init){MN_INIT_XAVIER_UNIFORM, 0, 0});
+    if (!st) st = mn_graph_param(g, &b1, "b1", 1, bs, (mn_init){MN_INIT_UNIFORM, -0.1f, 0.1f});
+    if (!st) st = mn_graph_param(g, &w2, "w2", 2, ws, (mn_init){MN_INIT_XAVIER_UNIFORM, 0, 0});
+    if (!st) st = mn_matmul(g, &h, x, w1);
+    if (!st) st = mn_add(g, &hb, h, b1); /* bias: a broadcast read in the epilogue */
+    if (!st) st = mn_relu(g, &a, hb);
+    if (!st) st = mn_matmul(g, &o, a, w2);
+    if (!st) st = mn_add(g, &res, o, x); /* residual */
+    if (!st) st = mn_mse(g, &loss, res, t);
+    if (!st) st = mn_graph_output(g, res, "y");
+    if (!st) st = mn_graph_loss(g, loss);
+    CHECK_OK(st, mn_graph_error(g));
+    mn_optimizer opt = mn_optimizer_default(MN_OPTIM_ADAMW);
+    opt.lr = 1e-2f;
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_TRAINING, &opt))) {
+        float xv[MB * MI], tv[MB * MI];
+        for (int i = 0; i < MB * MI; i++) {
+            xv[i] = (float)((i * 7919) % 61) / 30.0f - 1.0f;
+            tv[i] = (float)((i * 104729) % 53) / 26.0f - 1.0f;
+        }
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "t", tv, sizeof tv) == MN_OK;
+        for (int i = 0; i < MSTEPS && ok; i++)
+            ok = mn_session_step(s) == MN_OK && mn_session_loss(s, &r->loss[i]) == MN_OK;
+        ok = ok && mn_session_output(s, "y", r->y, sizeof r->y) == MN_OK &&
+             mn_session_get_param(s, "w1", r->w1, MI * MH) == MN_OK && mn_session_get_param(s, "b1", r->b1, MH) == MN_OK;
+        CHECK_MSG(ok, "mlp: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_mlp_epilogues(mn_device *dev) {
+    static mlp_run cpu, fused, pointwise, plain;
+    set_fusion(true);
+    CHECK(mlp_train(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(mlp_train(&fused, MN_BACKEND_VULKAN, dev));
+    setenv("MEGANEURA_FUSION", "pointwise", 1);
+    CHECK(mlp_train(&pointwise, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(mlp_train(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(mlp_run, kernels)) == 0, "mlp differs fused/unfused");
+    CHECK_MSG(memcmp(&pointwise, &plain, offsetof(mlp_run, kernels)) == 0, "mlp differs pointwise-fused/unfused");
+    for (int i = 0; i < MSTEPS; i++) CHECK_NEAR(fused.loss[i], cpu.loss[i], 1e-5 * fabs(cpu.loss[i]));
+    CHECK(lu_rel_l2(fused.y, cpu.y, MB * MH) <= 1e-5);
+    CHECK(lu_rel_l2(fused.w1, cpu.w1, MI * MH) <= 1e-5);
+    CHECK(lu_rel_l2(fused.b1, cpu.b1, MH) <= 1e-5);
+    /* the matmuls join their epilogues: fewer kernels than pointwise fusion alone */
+    CHECK_MSG(fused.kernels < pointwise.kernels && pointwise.kernels <= plain.kernels,
+              "mlp kernels: fused %d, pointwise only %d, unfused %d", fused.kernels, pointwise.kernels, plain.kernels);
+    printf("mlp step: %d kernels fused, %d pointwise only, %d unfused\n", fused.kernels, pointwise.kernels,
+           plain.kernels);
+}
+
 /* ---- intermediates the user reads are never folded ----------------------------- */
 
 enum { ON = 3, OD = 37 }; /* 37: not a multiple of any workgroup */
@@ -316,6 +393,7 @@ int main(void) {
             test_llama_decode(&cfg, dev);
         }
         test_conv_block(dev);
+        test_mlp_epilogues(dev);
         test_outputs_not_folded(dev);
         mn_device_close(dev);
     }
