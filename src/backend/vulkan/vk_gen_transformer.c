@@ -155,9 +155,9 @@ enum { AT_FWD = 0, AT_LSE = 1, AT_BWD_Q = 2, AT_BWD_KV = 3 };
 /* The unrolled run of a head-dimension loop (a divisor of D) and of the
  * tile load (attention.glsl AT_DU, AT_LU): under a loop limiter, long enough
  * to cut its count and short enough to keep the JIT-compiled code small;
- * without one, the whole head dimension (one run: every index into the
- * per-row register arrays is a constant, so they stay in registers; runs
- * with a variable base put them in local memory, 2.5x slower on an H200). */
+ * without one, the whole head dimension (AT_D_ONE_RUN: plain loops, as the
+ * compiler likes them; runs with a variable base put the per-row arrays in
+ * local memory, 2.5x slower on an H200). */
 static uint64_t at_du(const vk_caps *caps, int64_t D) {
     if (!caps->loop_limit) return (uint64_t)D;
     return D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : D % 2 == 0 ? 2 : 1;
