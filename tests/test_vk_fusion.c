@@ -175,6 +175,23 @@ static void test_llama_decode(const mn_llama_config *cfg, mn_device *dev) {
     CHECK_MSG(kf > 0 && kf < kp, "decode kernels: fused %d unfused %d", kf, kp);
 }
 
+/* Feeds inputs "x" and "t" (n values each, deterministic) and runs steps
+ * training steps, their losses into loss[]. */
+static bool xt_steps(mn_session *s, size_t n, float *loss, int steps) {
+    float *xv = malloc(n * sizeof *xv), *tv = malloc(n * sizeof *tv);
+    bool ok = xv && tv;
+    for (size_t i = 0; ok && i < n; i++) {
+        xv[i] = (float)((i * 7919) % 97) / 48.0f - 1.0f;
+        tv[i] = (float)((i * 104729) % 89) / 60.0f - 0.5f;
+    }
+    ok = ok && mn_session_set_input(s, "x", xv, n * sizeof *xv) == MN_OK &&
+         mn_session_set_input(s, "t", tv, n * sizeof *tv) == MN_OK;
+    for (int i = 0; i < steps && ok; i++) ok = mn_session_step(s) == MN_OK && mn_session_loss(s, &loss[i]) == MN_OK;
+    free(xv);
+    free(tv);
+    return ok;
+}
+
 /* ---- conv + batch norm + residual block, SGD ---------------------------------- */
 
 enum { CN = 2, CC = 4, CH = 6, CW = 5, CSTEPS = 2 };
@@ -212,14 +229,7 @@ static bool conv_train(conv_run *r, mn_backend_kind be, mn_device *dev) {
     mn_optimizer opt = mn_optimizer_default(MN_OPTIM_SGD);
     opt.lr = 0.05f;
     if (!st && (s = lu_session(g, be, dev, MN_MODE_TRAINING, &opt))) {
-        float xv[CN * CC * CH * CW], tv[CN * CC * CH * CW];
-        for (int i = 0; i < CN * CC * CH * CW; i++) {
-            xv[i] = (float)((i * 7919) % 97) / 48.0f - 1.0f;
-            tv[i] = (float)((i * 104729) % 89) / 60.0f - 0.5f;
-        }
-        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "t", tv, sizeof tv) == MN_OK;
-        for (int i = 0; i < CSTEPS && ok; i++)
-            ok = mn_session_step(s) == MN_OK && mn_session_loss(s, &r->loss[i]) == MN_OK;
+        ok = xt_steps(s, CN * CC * CH * CW, r->loss, CSTEPS);
         ok = ok && mn_session_output(s, "y", r->y, sizeof r->y) == MN_OK &&
              mn_session_get_param(s, "w", r->w, CC * CC * 9) == MN_OK &&
              mn_session_get_param(s, "running_mean", r->mean, CC) == MN_OK;
@@ -283,14 +293,7 @@ static bool mlp_train(mlp_run *r, mn_backend_kind be, mn_device *dev) {
     mn_optimizer opt = mn_optimizer_default(MN_OPTIM_ADAMW);
     opt.lr = 1e-2f;
     if (!st && (s = lu_session(g, be, dev, MN_MODE_TRAINING, &opt))) {
-        float xv[MB * MI], tv[MB * MI];
-        for (int i = 0; i < MB * MI; i++) {
-            xv[i] = (float)((i * 7919) % 61) / 30.0f - 1.0f;
-            tv[i] = (float)((i * 104729) % 53) / 26.0f - 1.0f;
-        }
-        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "t", tv, sizeof tv) == MN_OK;
-        for (int i = 0; i < MSTEPS && ok; i++)
-            ok = mn_session_step(s) == MN_OK && mn_session_loss(s, &r->loss[i]) == MN_OK;
+        ok = xt_steps(s, MB * MI, r->loss, MSTEPS);
         ok = ok && mn_session_output(s, "y", r->y, sizeof r->y) == MN_OK &&
              mn_session_get_param(s, "w1", r->w1, MI * MH) == MN_OK && mn_session_get_param(s, "b1", r->b1, MH) == MN_OK;
         CHECK_MSG(ok, "mlp: %s", mn_session_error(s));
