@@ -92,6 +92,29 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
  * first (SUMSQ rows, then SUM). */
 #define SUMSQ_ROWS_FROM 4096
 
+/* Gradients whose per-row sums of squares are joined (mn_concat's most
+ * inputs) before one sum: fewer dispatches than a sum per gradient. */
+#define CONCAT_MOST 6
+
+/* *total += x (*total MN_NONE: x). */
+static mn_status add_to(mn_graph *g, int32_t *total, int32_t x) {
+    if (*total == MN_NONE) {
+        *total = x;
+        return MN_OK;
+    }
+    return mn_add(g, total, *total, x);
+}
+
+/* *total += the sum of every row sum in rows[0..*n) (rank-1 tensors); *n = 0. */
+static mn_status add_rows(mn_graph *g, int32_t *total, const int32_t *rows, int *n) {
+    int32_t all = rows[0], s;
+    mn_status st = *n > 1 ? mn_concat(g, &all, rows, *n, 0) : MN_OK;
+    if (!st) st = mn_sum(g, &s, all, MN_ALL_AXES, false);
+    if (!st) st = add_to(g, total, s);
+    *n = 0;
+    return st;
+}
+
 static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
                        int32_t *gate);
 
@@ -138,7 +161,8 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
     g->nodes[hyper].flags |= NODE_F_HOST;
 
     /* the sum of squares of every gradient: for clipping and for the check */
-    int32_t total = MN_NONE;
+    int32_t total = MN_NONE, rows_at[CONCAT_MOST];
+    int nrows = 0;
     if (o->clip_norm > 0.0f || check) {
         for (int32_t i = 0; i < ngrads; i++) {
             if (g->nodes[i].op != OP_PARAM || grads[i] == MN_NONE) continue;
@@ -148,16 +172,21 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
             p.nin = 1;
             p.in[0] = grads[i];
             /* a large gradient in two parallel levels: per row, then the
-             * rows (one workgroup for a whole tensor would be serial) */
+             * rows, joined with other gradients' (one workgroup for a whole
+             * tensor would be serial) */
             const node *gn = &g->nodes[grads[i]];
             const bool rows = gn->rank >= 2 && node_numel(gn) >= SUMSQ_ROWS_FROM && gn->shape[gn->rank - 1] > 0;
             sumsq_rows_set(&p, rows);
             int32_t sq;
             if ((st = graph_add(g, &sq, &p))) return st;
-            if (rows && (st = mn_sum(g, &sq, sq, MN_ALL_AXES, false))) return st;
-            if (total == MN_NONE) total = sq;
-            else if ((st = mn_add(g, &total, total, sq))) return st;
+            if (rows) { /* summed with the rows of up to CONCAT_MOST gradients */
+                rows_at[nrows++] = sq;
+                if (nrows == CONCAT_MOST && (st = add_rows(g, &total, rows_at, &nrows))) return st;
+                continue;
+            }
+            if ((st = add_to(g, &total, sq))) return st;
         }
+        if (nrows && (st = add_rows(g, &total, rows_at, &nrows))) return st;
     }
     if (check) {
         /* one gate: {clip coefficient or 1, non-finite flags}, read by the
