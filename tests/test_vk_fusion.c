@@ -327,6 +327,55 @@ static void test_mlp_epilogues(mn_device *dev) {
            plain.kernels);
 }
 
+/* ---- SwiGLU: silu stays out of matmul epilogues ----------------------------- */
+
+/* silu(x W1) * (x W2): the group of the product takes silu and one matmul
+ * would have to run silu's exp in the matmul's unrolled epilogue (10x slower
+ * on an H200), so no kernel holds a matmul and silu together; a residual
+ * add of a matmul (cheap) still becomes its epilogue. */
+static void test_swiglu_epilogue(mn_device *dev) {
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    if (mn_graph_create(&g) != MN_OK) return;
+    const int64_t xs[2] = {7, 32}, ws[2] = {32, 32};
+    mn_tensor x, w1, w2, w3, a, b, sa, p, d, r;
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 2, xs);
+    if (!st) st = mn_graph_param(g, &w1, "w1", 2, ws, (mn_init){MN_INIT_XAVIER_UNIFORM, 0, 0});
+    if (!st) st = mn_graph_param(g, &w2, "w2", 2, ws, (mn_init){MN_INIT_XAVIER_UNIFORM, 0, 0});
+    if (!st) st = mn_graph_param(g, &w3, "w3", 2, ws, (mn_init){MN_INIT_XAVIER_UNIFORM, 0, 0});
+    if (!st) st = mn_matmul(g, &a, x, w1);
+    if (!st) st = mn_matmul(g, &b, x, w2);
+    if (!st) st = mn_silu(g, &sa, a);
+    if (!st) st = mn_mul(g, &p, sa, b);
+    if (!st) st = mn_matmul(g, &d, p, w3);
+    if (!st) st = mn_add(g, &r, d, x);
+    if (!st) st = mn_graph_output(g, r, "y");
+    CHECK_OK(st, mn_graph_error(g));
+    set_fusion(true);
+    if (!st && (s = lu_session(g, MN_BACKEND_VULKAN, dev, MN_MODE_INFERENCE, NULL))) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (f) {
+            mn_session_dump(s, "kernels", f);
+            fclose(f);
+        }
+        bool mixed = false, residual = false;
+        for (char *line = buf; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            mixed |= strstr(line, "matmul") && strstr(line, "silu");
+            residual |= strstr(line, " add:") && strstr(line, "matmul");
+            line = nl ? nl + 1 : NULL;
+        }
+        CHECK_MSG(buf && !mixed, "a kernel holds a matmul and silu:\n%s", buf ? buf : "");
+        CHECK_MSG(buf && residual, "the residual add is not its matmul's epilogue:\n%s", buf ? buf : "");
+        free(buf);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
 /* ---- intermediates the user reads are never folded ----------------------------- */
 
 enum { ON = 3, OD = 37 }; /* 37: not a multiple of any workgroup */
@@ -397,6 +446,7 @@ int main(void) {
         }
         test_conv_block(dev);
         test_mlp_epilogues(dev);
+        test_swiglu_epilogue(dev);
         test_outputs_not_folded(dev);
         mn_device_close(dev);
     }
