@@ -38,3 +38,14 @@ int th_finish(const char *name) {
            th_skipped && !th_failed ? " (SKIP: no Vulkan device)" : "");
     return th_failed ? 1 : th_skipped ? TH_SKIP : 0;
 }
+
+double th_nmse(const float *v, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)v[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0 ? num / den : num;
+}

@@ -38,6 +38,10 @@ void th_fail(const char *file, int line, const char *fmt, ...) __attribute__((fo
                      b_, fabs(a_ - b_), (double)(tol));                                            \
     } while (0)
 
+/* Normalised squared error sum((v - ref)^2) / sum(ref^2) over n values
+ * (the plain sum when ref is all zero; inf when v has a non-finite value). */
+double th_nmse(const float *v, const float *ref, size_t n);
+
 /* The exit code of a skipped test (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
 #define TH_SKIP 77
 

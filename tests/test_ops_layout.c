@@ -789,22 +789,11 @@ static mn_tensor big_bn(big *b) {
     return y;
 }
 
-static double nmse(const float *v, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)v[i] - c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? num / den : num;
-}
-
 static double cmp_node(mn_session *a, mn_session *b, int32_t id) {
     size_t n = (size_t)node_numel(&a->g->nodes[graph_id(id)]);
     float *x = malloc(n * 4), *y = malloc(n * 4);
     double e = INFINITY;
-    if (!session_read_f32(a, id, x, n) && !session_read_f32(b, id, y, n)) e = nmse(x, y, n);
+    if (!session_read_f32(a, id, x, n) && !session_read_f32(b, id, y, n)) e = th_nmse(x, y, n);
     free(x), free(y);
     return e;
 }

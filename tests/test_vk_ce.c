@@ -42,17 +42,6 @@ typedef struct ce_case {
 
 static mn_device *g_dev;
 
-static double nmse(const float *v, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)v[i] - (double)c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? num / den : num;
-}
-
 /* Logits with a few large entries per row (a peaked softmax) and labels
  * spread over the vocabulary, from a fixed LCG. */
 static void fill_case(const ce_case *k, float *x, int32_t *lab) {
@@ -156,7 +145,7 @@ static void run_case(const ce_case *k) {
             CHECK_OK(session_read_f32(sv, dv, gv, n), mn_session_error(sv));
             CHECK_OK(session_read_f32(sc, dc, gc, n), mn_session_error(sc));
         }
-        const double erows = nmse(rv, rc, (size_t)k->B * 3), egrad = nmse(gv, gc, n);
+        const double erows = th_nmse(rv, rc, (size_t)k->B * 3), egrad = th_nmse(gv, gc, n);
         const double eloss = fabs((double)lv - lc) / fmax(fabs(lc), 1e-30);
         const bool ok = isfinite(lc) && (eloss <= 1e-5 || lv == lc) && erows <= 1e-10 && egrad <= 1e-10;
         printf("  %-22s %5lld x %-6lld loss vulkan %.7f cpu %.7f (rel %.2e)  rows NMSE %.2e  dlogits NMSE %.2e  %s\n",

@@ -59,17 +59,6 @@ static float *read_all(mn_session *s, int32_t id, size_t n) {
     return v;
 }
 
-static double nmse(const float *v, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)v[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? num / den : num;
-}
-
 /* ids written to both sessions (the embedding cases) */
 static int32_t *g_ids;
 static int64_t g_nids;
@@ -109,7 +98,7 @@ static void compare(const char *name, case_fn fn, double tol) {
             int32_t id0 = i < 0 ? y : session_grad_of(s[0], c.p[i]), id1 = i < 0 ? y : session_grad_of(s[1], c.p[i]);
             size_t n = (size_t)node_numel(&s[0]->g->nodes[graph_id(id0)]);
             float *a = read_all(s[0], id0, n), *b = read_all(s[1], id1, n);
-            double e = nmse(b, a, n);
+            double e = th_nmse(b, a, n);
             if (!(e <= worst)) worst = e;
             free(a), free(b);
         }

@@ -64,17 +64,6 @@ static double tolerance(op_id op) {
     }
 }
 
-static double nmse(const float *v, const float *c, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)v[i] - (double)c[i];
-        num += d * d;
-        den += (double)c[i] * c[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? num / den : num;
-}
-
 static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc *c) {
     mn_session_options o = mn_session_default_options();
     o.mode = MN_MODE_TRAINING;
@@ -115,7 +104,7 @@ static double compare_node(mn_session *v, mn_session *c, int32_t vid, int32_t ci
     size_t n = (size_t)node_numel(&c->g->nodes[graph_id(cid)]);
     float *a = malloc(n * 4 + 4), *b = malloc(n * 4 + 4);
     double e = INFINITY;
-    if (a && b && !session_read_f32(v, vid, a, n) && !session_read_f32(c, cid, b, n)) e = nmse(a, b, n);
+    if (a && b && !session_read_f32(v, vid, a, n) && !session_read_f32(c, cid, b, n)) e = th_nmse(a, b, n);
     free(a);
     free(b);
     return e;
@@ -200,7 +189,7 @@ static void optimizer_case(const char *name, mn_optimizer o) {
         mn_session_numel(s[0], names[i], &n);
         mn_session_get_param(s[1], names[i], a, n);
         mn_session_get_param(s[0], names[i], c, n);
-        double e = nmse(a, c, n);
+        double e = th_nmse(a, c, n);
         if (e > worst || isnan(e)) worst = e;
     }
     printf("  %-26s %-20s params after 4 steps NMSE %9.2e  %s\n", name, "optimizer", worst, worst <= 1e-11 ? "ok" : "FAIL");
