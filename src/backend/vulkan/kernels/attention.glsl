@@ -64,8 +64,9 @@
 // AT_LOADS fall outside the tile and are skipped by the load's bound
 #if AT_D_ONE_RUN
 // no loop limiter: plain loops with constant bounds, unrolled as the
-// compiler sees fit (the forms measured fastest on an H200; forced unrolling
-// or runs with a variable base were 1.4-2.5x slower there)
+// compiler sees fit: the form of the fastest H200 run (runs with a variable
+// base put the per-row arrays in local memory, 2.5x slower attention there;
+// this form itself is not re-measured since, docs/PERF.md)
 #define AT_FOR_LOAD(l) for (uint l = 0u; l < AT_LOADS; l++)
 #define AT_FOR_D(d) for (uint d = 0u; d < AT_D; d++)
 #else
