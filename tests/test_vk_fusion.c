@@ -431,7 +431,29 @@ static void test_outputs_not_folded(mn_device *dev) {
     CHECK_MSG(folded == 2, "folded %d nodes, expected 2 (silu, add)", folded);
 }
 
+/* A MEGANEURA_FUSION value it does not know is a clear session error, on
+ * every backend (a typo must not silently measure the wrong thing). */
+static void test_bad_fusion_env(void) {
+    mn_graph *g = NULL;
+    if (mn_graph_create(&g) != MN_OK) return;
+    const int64_t sh[1] = {4};
+    mn_tensor x, y;
+    CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 1, sh), mn_graph_error(g));
+    CHECK_OK(mn_relu(g, &y, x), mn_graph_error(g));
+    CHECK_OK(mn_graph_output(g, y, "y"), mn_graph_error(g));
+    setenv("MEGANEURA_FUSION", "off", 1);
+    mn_session_options o = mn_session_default_options();
+    o.backend = MN_BACKEND_CPU;
+    mn_session *s = NULL;
+    CHECK(mn_session_create(&s, g, &o) == MN_E_INVALID);
+    CHECK_MSG(s && strstr(mn_session_error(s), "MEGANEURA_FUSION='off'"), "error: %s", s ? mn_session_error(s) : "");
+    mn_session_destroy(s);
+    set_fusion(true);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
+    test_bad_fusion_env();
     mn_device *dev = th_require_vulkan();
     if (dev) {
         char dir[1024], path[1200], err[256];

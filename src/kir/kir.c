@@ -4,14 +4,16 @@
 
 #include "kir/kir.h"
 
-bool kir_fusion_enabled(void) {
+mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap) {
     const char *e = getenv("MEGANEURA_FUSION");
-    return !e || strcmp(e, "0") != 0;
-}
-
-bool kir_fusion_matmul_enabled(void) {
-    const char *e = getenv("MEGANEURA_FUSION");
-    return kir_fusion_enabled() && !(e && strcmp(e, "pointwise") == 0);
+    const bool all = !e || !*e || strcmp(e, "1") == 0, pw = strcmp(e ? e : "", "pointwise") == 0;
+    if (!all && !pw && strcmp(e, "0") != 0) {
+        mn_fmt(err, cap, "MEGANEURA_FUSION='%s': want 0 (no fusion), pointwise (no matmul epilogues) or 1 (all)", e);
+        return MN_E_INVALID;
+    }
+    o->fuse_pointwise = backend_fuses && (all || pw);
+    o->fuse_matmul = backend_fuses && all;
+    return MN_OK;
 }
 
 /* The fusion classes kir folds into a consumer's kernel (ops.def's fuse column). */

@@ -59,10 +59,10 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
 void kir_free(kir *k);
 /* True if node id is folded into another node's kernel. */
 static inline bool kir_is_member(const kir *k, int32_t id) { return k && k->root && k->root[id] != id; }
-/* Whether MEGANEURA_FUSION allows fusing (unset or not "0"), and matmul
- * epilogues (also not "pointwise"). */
-bool kir_fusion_enabled(void);
-bool kir_fusion_matmul_enabled(void);
+/* The options MEGANEURA_FUSION asks for on a backend that fuses (or not):
+ * unset, "" or "1" all, "pointwise" no matmul epilogues, "0" none; another
+ * value is an error naming it. */
+mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap);
 /* The ops the pointwise pass may fold: fusion class ELEMENTWISE and the
  * BCAST gathers, broadcast and permute (whose input then stays a kernel
  * input); ops.def's fuse column. */

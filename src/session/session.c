@@ -221,9 +221,10 @@ static mn_status build(mn_session *s, const mn_graph *user) {
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
     st = schedule_build(&s->sched, g, live, fwd);
     if (!st) {
-        kir_options ko = {s->be->fuse_pointwise && kir_fusion_enabled(),
-                          s->be->fuse_pointwise && kir_fusion_matmul_enabled()};
-        st = kir_build(&s->kernels, g, &s->sched, &ko);
+        kir_options ko;
+        char kerr[160];
+        if ((st = kir_options_from_env(&ko, s->be->fuse_pointwise, kerr, sizeof kerr))) fail(s, st, "session: %s", kerr);
+        else st = kir_build(&s->kernels, g, &s->sched, &ko);
     }
     /* the device first (the session's own when none is shared): its limit
      * on one binding is the memory plan's chunk size */
