@@ -1,7 +1,7 @@
 /* bench.c - the benchmark program (never a unit test).
  *
- *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--only NAME]
- *                   [--nonfinite skip|apply|unchecked]
+ *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--gemm-shape M,N,K]...
+ *                   [--only NAME] [--nonfinite skip|apply|unchecked]
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -14,7 +14,10 @@
  * over --runs after --warmup.
  * --nonfinite: the sessions' non-finite check (default: the library's, skip;
  * unchecked is the step without the check, like the PyTorch anchor's).
- * --gemm: square f32 matmul n = 1024, 4096, 8192, TFLOP/s from the best run.
+ * --gemm: square f32 matmul n = 1024, 4096, 8192, TFLOP/s from the best run;
+ * --gemm-shape M,N,K (repeatable): those products instead. The tile is the
+ * generator's choice unless MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn forces one
+ * (reported as "tile").
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
  */
 #include <meganeura.h>
@@ -182,23 +185,26 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     free(lab);
 }
 
-static void bench_gemm(mn_backend_kind be, int n) {
+static void bench_gemm(mn_backend_kind be, int M, int N, int K) {
     open_device(be);
     mn_graph *g;
     mn_tensor a, b, c;
     if (mn_graph_create(&g)) die("graph", "out of memory");
-    G(mn_graph_input(g, &a, "a", MN_F32, 2, (int64_t[]){n, n}));
-    G(mn_graph_input(g, &b, "b", MN_F32, 2, (int64_t[]){n, n}));
+    G(mn_graph_input(g, &a, "a", MN_F32, 2, (int64_t[]){M, K}));
+    G(mn_graph_input(g, &b, "b", MN_F32, 2, (int64_t[]){K, N}));
     G(mn_matmul(g, &c, a, b));
     G(mn_graph_output(g, c, "c"));
     double build;
     mn_session *s = open_session(g, be, MN_MODE_INFERENCE, MN_OPTIM_SGD, &build);
-    size_t bytes = (size_t)n * (size_t)n * 4;
-    float *buf = malloc(bytes);
-    for (size_t i = 0; i < (size_t)n * (size_t)n; i++) buf[i] = (float)(i % 17) / 17.0f;
-    S(s, mn_session_set_input(s, "a", buf, bytes));
-    S(s, mn_session_set_input(s, "b", buf, bytes));
-    int runs = n >= 8192 ? 5 : 10;
+    size_t na = (size_t)M * (size_t)K, nb = (size_t)K * (size_t)N, nc = (size_t)M * (size_t)N;
+    size_t nmax = na > nb ? na : nb;
+    float *buf = malloc(nmax * 4);
+    if (!buf) die("gemm", "out of memory");
+    for (size_t i = 0; i < nmax; i++) buf[i] = (float)(i % 17) / 17.0f;
+    S(s, mn_session_set_input(s, "a", buf, na * 4));
+    S(s, mn_session_set_input(s, "b", buf, nb * 4));
+    double flop = 2.0 * M * (double)N * K;
+    int runs = flop > 5e11 ? 5 : 10;
     double best = 1e30, t[16];
     for (int i = 0; i < runs + 2; i++) {
         double t0 = now_ms();
@@ -210,17 +216,18 @@ static void bench_gemm(mn_backend_kind be, int n) {
         }
     }
     qsort(t, (size_t)runs, sizeof *t, cmp_d);
-    double tflops = 2.0 * n * (double)n * n / (best * 1e-3) / 1e12;
-    /* spot check: c[0][0] = sum_k a[0][k] * b[k][0] */
-    float c00;
-    float *row = malloc(bytes);
-    S(s, mn_session_output(s, "c", row, bytes));
-    c00 = row[0];
+    double tflops = flop / (best * 1e-3) / 1e12;
+    /* spot check: the last element, c[M-1][N-1] = sum_k a[M-1][k] * b[k][N-1] */
+    float *row = malloc(nc * 4);
+    if (!row) die("gemm", "out of memory");
+    S(s, mn_session_output(s, "c", row, nc * 4));
     double ref = 0;
-    for (int k = 0; k < n; k++) ref += (double)buf[k] * buf[(size_t)k * (size_t)n];
-    printf("{\"gemm\":\"f32\",\"backend\":\"%s\",\"n\":%d,\"ms_median\":%.4f,\"ms_min\":%.4f,\"tflops\":%.2f,"
-           "\"c00_rel_err\":%.2e}\n",
-           backend_name(be), n, t[runs / 2], best, tflops, (c00 - ref) / (ref ? ref : 1));
+    for (int k = 0; k < K; k++) ref += (double)buf[(size_t)(M - 1) * K + k] * buf[(size_t)k * N + (N - 1)];
+    const char *tile = getenv("MEGANEURA_VK_GEMM_TILE");
+    printf("{\"gemm\":\"f32\",\"backend\":\"%s\",\"m\":%d,\"n\":%d,\"k\":%d,\"tile\":\"%s\",\"ms_median\":%.4f,"
+           "\"ms_min\":%.4f,\"tflops\":%.2f,\"clast_rel_err\":%.2e}\n",
+           backend_name(be), M, N, K, tile ? tile : "auto", t[runs / 2], best, tflops,
+           (row[nc - 1] - ref) / (ref ? ref : 1));
     fflush(stdout);
     free(row);
     free(buf);
@@ -233,6 +240,7 @@ int main(int argc, char **argv) {
     mn_backend_kind be = MN_BACKEND_VULKAN;
     int runs = 50, warmup = 10;
     bool gemm = false;
+    int shapes[16][3], nshapes = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
@@ -243,6 +251,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) {
             warmup = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemm")) {
+            gemm = true;
+        } else if (!strcmp(argv[i], "--gemm-shape") && i + 1 < argc) {
+            int *d = shapes[nshapes];
+            char tail;
+            if (nshapes == 16 || sscanf(argv[++i], "%d,%d,%d%c", &d[0], &d[1], &d[2], &tail) != 3 || d[0] < 1 ||
+                d[1] < 1 || d[2] < 1) {
+                fprintf(stderr, "bench: --gemm-shape takes M,N,K (positive; at most 16 shapes)\n");
+                return 2;
+            }
+            nshapes++;
             gemm = true;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
@@ -256,7 +274,7 @@ int main(int argc, char **argv) {
             }
             g_nonfinite = (mn_nonfinite)k;
         } else {
-            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--only NAME] "
+            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... [--only NAME] "
                     "[--nonfinite skip|apply|unchecked]\n", argv[0]);
             return 2;
         }
@@ -265,10 +283,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: --runs must be >= 1 and --warmup >= 0\n");
         return 2;
     }
-    if (gemm) {
+    if (gemm && nshapes) {
+        for (int i = 0; i < nshapes; i++) bench_gemm(be, shapes[i][0], shapes[i][1], shapes[i][2]);
+    } else if (gemm) {
         static const int sizes[] = {1024, 4096, 8192};
         for (int i = 0; i < 3; i++)
-            if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i]);
+            if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i], sizes[i], sizes[i]);
     } else {
         for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
             if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);

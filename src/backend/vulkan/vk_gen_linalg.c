@@ -13,6 +13,9 @@
  */
 #include "backend/vulkan/vk_codegen.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
 
 static int64_t pos1(int64_t v) { return v > 0 ? v : 1; }
@@ -26,21 +29,24 @@ typedef struct gemm_cfg {
 } gemm_cfg;
 
 /* In order of preference, each with the fewest workgroups it needs to
- * beat the next ones. Measured on an H200 (f32, TFLOP/s): 128x64 with 8x8
- * micro-tiles is the fastest with enough workgroups (32 at 4096^3 and
- * 8192^3, 30 at 1024^3 with 128 workgroups; 128x128 and 64x64 8x8 were
- * 1-2 slower everywhere); at 64-72 workgroups it ties with smaller tiles
- * on a matmul (17 at 768^3) and loses on a convolution (8.8 against 14.5
- * for 32x32 on a 4x128x32x32 3x3 conv); below, 32x32 tiles with K splits
- * win (18 at 512^3 against 7 for 128x64). */
+ * beat the next ones. Measured on an H200 (f32, TFLOP/s, bench/gemm_sweep.sh,
+ * docs/PERF.md 2026-12-02 sweep; cuBLAS 50-51 at the squares): 128x128 with
+ * 8x8 micro-tiles and 16-deep slices is the fastest once there are 256 such
+ * tiles (38.0 / 40.0 at 4096^3 / 8192^3, 36.7 at 2048^3, 36.8 at
+ * 512x8192x2048; the former first choice 128x64x16 gave 32.2 / 33.5 / 30.9 /
+ * 31.0); below that 128x64 with 8-deep slices (25.8 at 4096x576x1536 against
+ * 20.2 for 128x128 and 22.7 for 128x64x16); 64x64 around 100-200 tiles
+ * (15.8 at 512x1536x576); 32x32 tiles with K splits on small grids (18 at
+ * 512^3 against 7 for 128x64). */
 static const struct {
     gemm_cfg cfg;
     uint64_t min_tiles;
 } gemm_cfgs[] = {
-    {{128, 64, 16, 8, 8, 1}, 96},  /* 128 invocations */
-    {{64, 128, 16, 8, 8, 1}, 96},  /* 128, for M <= 64 */
-    {{64, 64, 16, 4, 4, 1}, 128},  /* 256 */
-    {{32, 32, 16, 4, 4, 1}, 0},    /* 64, and K splits */
+    {{128, 128, 16, 8, 8, 1}, 256}, /* 256 invocations */
+    {{128, 64, 8, 8, 8, 1}, 192},   /* 128 */
+    {{64, 128, 8, 8, 8, 1}, 192},   /* 128, for M <= 64 */
+    {{64, 64, 16, 4, 8, 1}, 96},    /* 128 */
+    {{32, 32, 16, 4, 4, 1}, 0},     /* 64, and K splits */
 };
 
 /* K splits (in-workgroup, each split its own run of k slices) for the last
@@ -74,9 +80,27 @@ static bool gemm_fits(const gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
 /* Picks the tile for an M x N x K product repeated `batch` times: the first
  * configuration that fits the device and gets its minimum of workgroups;
  * K splits for the last one when its grid is small and K long. */
+/* MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn (a tuning knob for benchmarks, not
+ * for production): every GEMM that the tile fits uses it, without K splits.
+ * Anything malformed or not fitting the device is ignored. */
+static bool gemm_env_tile(gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
+    const char *v = getenv("MEGANEURA_VK_GEMM_TILE");
+    unsigned bm, bn, bk, tm, tn;
+    char tail;
+    if (!v || sscanf(v, "%u,%u,%u,%u,%u%c", &bm, &bn, &bk, &tm, &tn, &tail) != 5) return false;
+    if (!bm || !bn || !bk || tm % 4 || tn % 4 || !tm || !tn || bm % tm || bn % tn || bm > 512 || bn > 512 || bk > 64)
+        return false;
+    gemm_cfg t = {bm, bn, bk, tm, tn, 1};
+    if (!gemm_fits(&t, smem, maxinv)) return false;
+    *c = t;
+    return true;
+}
+
 static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch) {
     uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
     uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
+    gemm_cfg env;
+    if (gemm_env_tile(&env, smem, maxinv)) return env;
     gemm_cfg c = {32, 32, 8, 4, 4, 1}; /* 64 invocations, 4.6 KiB: fits any Vulkan device */
     uint64_t tiles = 0;
     bool last = true;
