@@ -131,6 +131,12 @@ static mn_tensor c_conv2d_gemm_strided(gc *c) {
     return y;
 }
 static mn_tensor c_matmul_mnist(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 64, 784), GP(2, -0.1f, 0.1f, 784, 128)); return y; }
+/* decoding's matrix-vector products (gemv.glsl): one row against a Linear
+ * weight as published ([out, in], trans_b), a few rows against [in, out],
+ * and a batch of single rows (attention-like) */
+static mn_tensor c_gemv_decode(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 1, 576), GP(2, -0.1f, 0.1f, 1536, 576), false, true); return y; }
+static mn_tensor c_gemv_rows(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 7, 1000), GP(2, -0.1f, 0.1f, 1000, 301)); return y; }
+static mn_tensor c_gemv_batched(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(3, -1, 1, 6, 1, 64), GP(3, -1, 1, 6, 100, 64), false, true); return y; }
 static mn_tensor c_maxpool(gc *c) {
     mn_pool2d_params p = {{2, 2}, {2, 2}, {0, 0}};
     mn_tensor y;
@@ -448,6 +454,8 @@ static const gcase cases[] = {
     {OP_CONV2D, "conv2d_implicit_gemm", c_conv2d_gemm, CASE_BIG},
     {OP_CONV2D, "conv2d_gemm_stride2_groups2", c_conv2d_gemm_strided, CASE_BIG},
     {OP_MATMUL, "matmul_64x784x128", c_matmul_mnist, CASE_BIG},
+    {OP_MATMUL, "gemv_1x576_x_1536x576t", c_gemv_decode, CASE_BIG}, {OP_MATMUL, "gemv_7x1000x301", c_gemv_rows, CASE_BIG},
+    {OP_MATMUL, "gemv_batched_6x1x64", c_gemv_batched, CASE_BIG},
     {OP_MAXPOOL2D, "maxpool2d", c_maxpool, 0}, {OP_MAXPOOL2D, "maxpool2d_overlap_pad", c_maxpool_overlap, 0},
     /* pointwise family (issue 4); composites are filed under their defining op */
     {OP_ABS, "abs", c_abs, 0}, {OP_CLAMP, "clamp", c_clamp, 0}, {OP_POW, "pow", c_pow, 0},

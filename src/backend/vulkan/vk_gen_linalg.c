@@ -1,7 +1,8 @@
 /* vk_gen_linalg.c - Vulkan code generation for the linear-algebra family:
  * matmul, conv2d (+ input/weight gradients), maxpool2d (+ backward).
  *
- * matmul and large convolutions use kernels/matmul.glsl, a tiled GEMM whose
+ * Products of at most GEMV_MAX_M rows use kernels/gemv.glsl (decoding);
+ * other matmuls and large convolutions use kernels/matmul.glsl, a tiled GEMM whose
  * operand maps (MM_MAP) turn a convolution into an implicit GEMM; the tile
  * shape is picked here from the problem size and the device's shared-memory
  * limit. Small or thin convolutions (few channels per group, depthwise) use
@@ -167,6 +168,54 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }
 
+/* ---- matrix-vector products ---------------------------------------------- */
+
+/* At most this many rows go to gemv.glsl (decoding: one row per sequence). */
+#define GEMV_MAX_M 8
+
+/* gemv.glsl for an M <= GEMV_MAX_M product: teams of tl invocations split K
+ * for one output column each, nl teams a workgroup (see the template).
+ * MN_E_UNSUPPORTED when the device cannot take it (the caller then uses the
+ * GEMM). On an H200 the tiled GEMM took 15 us for a 1 x 576 @ 576 x 1536
+ * product (decode profile, docs/PERF.md) that reads 3.5 MB. */
+static mn_status gemv_emit(vk_kernel *k, const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch,
+                           bool b_kfast) {
+    uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
+    uint32_t nt = maxinv >= 256 ? 256 : 128, tl, nl;
+    if (b_kfast) {
+        tl = 32;
+        while (tl > 4 && (uint64_t)tl * 4 > (uint64_t)K) tl /= 2;
+    } else {
+        tl = 8;
+        while (tl > 1 && (uint64_t)tl * 16 > (uint64_t)K) tl /= 2;
+    }
+    nl = nt / tl;
+    uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
+    if ((uint64_t)M * nt * 4 > smem) return MN_E_UNSUPPORTED;
+    const uint64_t kc = cdiv((uint64_t)K, tl), blocks = cdiv((uint64_t)N, nl);
+    uint64_t lim0 = caps->max_groups[0] ? caps->max_groups[0] : 65535;
+    uint64_t lim2 = caps->max_groups[2] ? caps->max_groups[2] : 65535;
+    uint64_t gx = blocks < lim0 ? blocks : lim0, gz = (uint64_t)batch < lim2 ? (uint64_t)batch : lim2;
+    /* serial iterations: the blocks and batches an invocation strides over,
+     * each its share of K and the tree */
+    uint64_t steps = 0;
+    for (uint32_t s = tl / 2; s > 0; s >>= 1) steps++;
+    const uint64_t iters = cdiv(blocks, gx) * cdiv((uint64_t)batch, gz) * (1 + kc + steps);
+    if (!vk_loops_fit(caps, iters)) return MN_E_UNSUPPORTED;
+    k->tmpl = "gemv";
+    vk_def(k, "MM_M", "%lld", (long long)M);
+    vk_def(k, "MM_N", "%lld", (long long)N);
+    vk_def(k, "MM_K", "%lld", (long long)K);
+    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    vk_def(k, "GV_NL", "%u", nl);
+    vk_def(k, "GV_TL", "%u", tl);
+    vk_def(k, "GV_KC", "%lluu", (unsigned long long)kc);
+    k->local[0] = nt, k->local[1] = 1, k->local[2] = 1;
+    k->groups[0] = (uint32_t)(gx ? gx : 1), k->groups[1] = 1, k->groups[2] = (uint32_t)(gz ? gz : 1);
+    return MN_OK;
+}
+
 /* ---- matmul --------------------------------------------------------------- */
 
 /* a: [M,K] | [B,M,K] ([K,M] | [B,K,M] with trans_a); b: [K,N] | [B,K,N] ([N,K] |
@@ -186,6 +235,8 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
     vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
     vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
+    if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, caps, M, N, K, batch, sbk == 1) == MN_OK)
+        return MN_OK;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);
 }
