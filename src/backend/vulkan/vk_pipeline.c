@@ -1,12 +1,16 @@
 /* vk_pipeline.c - kernels of the Vulkan backend: descriptor-set and
  * pipeline layouts per page-count signature, one descriptor set per
  * dispatched node, the generated GLSL of every node or fused group compiled
- * (or found in the caches) into pipelines, and the on-disk pipeline cache.
+ * (or found in the caches) into pipelines on all cores (MEGANEURA_THREADS),
+ * and the on-disk pipeline cache.
  *
  * Does not: generate GLSL (vk_codegen*.c, vk_gen_*.c), record or submit
  * (vk_backend.c).
  */
 #include "backend/vulkan/vk_backend_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* The layouts for descriptor counts count[] (found or made): *out indexes
  * b->lays. */
@@ -150,55 +154,121 @@ void vkb_pcache_save(vkb *b) {
 
 /* ---- kernels ------------------------------------------------------------ */
 
-static uint64_t hash_str(const char *s) { return mn_hash_str(s); }
+/* One distinct kernel to make: its source and layout, and what making it
+ * gave (filled by a worker thread). */
+typedef struct kjob {
+    char *src;
+    char label[64];
+    uint64_t key; /* mn_hash_str(src): found first, then compared in full */
+    int32_t lay;
+    int32_t pipe; /* index into b->pipes once made, or an existing entry */
+    bool cached;
+    mn_status st;
+    char err[512];     /* vk_compile's message */
+    const char *call;  /* the Vulkan call that failed (reported with vr by vkb_fail) */
+    VkResult vr;
+    VkShaderModule module;
+    VkPipeline pipeline;
+} kjob;
 
-static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t lay, int32_t *out, char *err,
-                              size_t cap) {
-    uint64_t key = hash_str(src);
-    for (int i = 0; i < b->npipes; i++)
-        if (b->pipes[i].key == key && b->pipes[i].lay == lay) {
-            *out = i;
-            return MN_OK;
-        }
+typedef struct kpool {
+    vkb *b;
+    kjob *jobs;
+    int32_t njobs;
+    atomic_int next;
+} kpool;
+
+/* GLSL -> SPIR-V (through the SPIR-V cache) -> module -> pipeline for one
+ * job. Called from several threads at once: vk_compile keeps no state
+ * between calls (a shaderc compiler per call), module and pipeline creation
+ * are free-threaded on one VkDevice, and the VkPipelineCache is internally
+ * synchronised (created without EXTERNALLY_SYNCHRONIZED). */
+static void make_kernel(vkb *b, kjob *j) {
     uint32_t *words = NULL;
     size_t nwords = 0;
-    bool cached = false;
-    mn_status st = vk_compile(&words, &nwords, src, label, &cached, err, cap);
-    if (st) return st;
-    cached ? b->kernels_cached++ : b->kernels_compiled++;
-    if (b->npipes == b->cap_pipes) {
-        int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
-        pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
-        if (!np) {
-            free(words);
-            return MN_E_NOMEM;
-        }
-        b->pipes = np;
-        b->cap_pipes = c2;
-    }
-    pipe_entry *e = &b->pipes[b->npipes];
-    memset(e, 0, sizeof *e);
-    e->key = key;
-    e->lay = lay;
+    j->st = vk_compile(&words, &nwords, j->src, j->label, &j->cached, j->err, sizeof j->err);
+    if (j->st) return;
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = nwords * 4;
     mi.pCode = words;
-    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &e->module);
+    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &j->module);
     free(words);
-    if (r != VK_SUCCESS) return vkb_fail(b, r, "vkCreateShaderModule", err, cap);
+    if (r != VK_SUCCESS) {
+        j->module = VK_NULL_HANDLE;
+        j->call = "vkCreateShaderModule", j->vr = r, j->st = MN_E_BACKEND;
+        return;
+    }
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage = (VkPipelineShaderStageCreateInfo){.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    ci.stage.module = e->module;
+    ci.stage.module = j->module;
     ci.stage.pName = "main";
-    ci.layout = b->lays[lay].layout;
-    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &e->pipeline);
+    ci.layout = b->lays[j->lay].layout;
+    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &j->pipeline);
     if (r != VK_SUCCESS) {
-        vkDestroyShaderModule(b->c.device, e->module, NULL);
-        return vkb_fail(b, r, "vkCreateComputePipelines", err, cap);
+        vkDestroyShaderModule(b->c.device, j->module, NULL);
+        j->module = VK_NULL_HANDLE;
+        j->pipeline = VK_NULL_HANDLE;
+        j->call = "vkCreateComputePipelines", j->vr = r, j->st = MN_E_BACKEND;
     }
-    *out = b->npipes++;
-    return MN_OK;
+}
+
+static void *kpool_worker(void *arg) {
+    kpool *pl = arg;
+    for (;;) {
+        int32_t i = (int32_t)atomic_fetch_add(&pl->next, 1);
+        if (i >= pl->njobs) break;
+        if (pl->jobs[i].pipe < 0) make_kernel(pl->b, &pl->jobs[i]);
+    }
+    return NULL;
+}
+
+/* Makes every job that has no pipeline yet on up to mn_thread_count()
+ * threads (the calling one included); a thread that cannot start leaves its
+ * share to the others. */
+static void make_kernels(vkb *b, kjob *jobs, int32_t njobs) {
+    enum { MAX_THREADS = 32 };
+    int32_t todo = 0;
+    for (int32_t i = 0; i < njobs; i++) todo += jobs[i].pipe < 0;
+    int nt = mn_thread_count();
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt > todo) nt = todo > 0 ? (int)todo : 1;
+    kpool pl = {.b = b, .jobs = jobs, .njobs = njobs};
+    atomic_init(&pl.next, 0);
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, kpool_worker, &pl) == 0;
+    kpool_worker(&pl);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+}
+
+/* The job for (src, lay): an existing pipeline of b->pipes, an earlier job
+ * of this build, or a new job (which takes src). -1: out of memory. */
+static int32_t find_job(vkb *b, kjob **jobs, int32_t *njobs, int32_t *capj, char *src, const char *label,
+                        int32_t lay) {
+    uint64_t key = mn_hash_str(src);
+    for (int32_t i = 0; i < *njobs; i++)
+        if ((*jobs)[i].key == key && (*jobs)[i].lay == lay && strcmp((*jobs)[i].src, src) == 0) {
+            free(src);
+            return i;
+        }
+    if (*njobs == *capj) {
+        int32_t c2 = *capj ? 2 * *capj : 64;
+        kjob *nj = realloc(*jobs, (size_t)c2 * sizeof *nj);
+        if (!nj) {
+            free(src);
+            return -1;
+        }
+        *jobs = nj, *capj = c2;
+    }
+    kjob *j = &(*jobs)[*njobs];
+    memset(j, 0, sizeof *j);
+    j->src = src, j->key = key, j->lay = lay, j->pipe = -1;
+    snprintf(j->label, sizeof j->label, "%s", label);
+    for (int i = 0; i < b->npipes; i++)
+        if (b->pipes[i].key == key && b->pipes[i].lay == lay) j->pipe = i;
+    return (*njobs)++;
 }
 
 mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
@@ -206,14 +276,25 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
     const char *dump = getenv("MEGANEURA_DUMP");
     bool dump_glsl = dump && strstr(dump, "glsl");
     vk_kernel *k = malloc(sizeof *k);
-    if (!k) return MN_E_NOMEM;
+    int32_t *job_of = malloc((size_t)(p->norder > 0 ? p->norder : 1) * sizeof *job_of);
+    kjob *jobs = NULL;
+    int32_t njobs = 0, capj = 0;
+    if (!k || !job_of) {
+        free(k);
+        free(job_of);
+        return MN_E_NOMEM;
+    }
     mn_status st = MN_OK;
     const int32_t *kr = p->kernel_root;
+    /* 1. generate every kernel's source (serial, cheap), one job per
+     * distinct (source, layout); 2. compile and create the pipelines of the
+     * jobs on all cores; 3. hand each node its pipeline */
     for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
         const node *n = &p->g->nodes[id];
         node_rt *rt = &b->rt[id];
         rt->pipe = -1;
+        job_of[i] = -1;
         if (kr && kr[id] != id) continue; /* computed by its root's kernel */
         /* the members folded into this node's kernel directly precede it */
         int nm = 0;
@@ -264,8 +345,15 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         for (int j = rt->nopnd; paged && j < MAX_OPERANDS; j++) count[j] = 0;
         st = get_layout(b, count, &rt->lay, err, cap);
-        if (!st) st = get_pipeline(b, src, label, rt->lay, &rt->pipe, err, cap);
-        free(src);
+        if (st) {
+            free(src);
+            break;
+        }
+        job_of[i] = find_job(b, &jobs, &njobs, &capj, src, label, rt->lay); /* takes src */
+        if (job_of[i] < 0) {
+            st = MN_E_NOMEM;
+            break;
+        }
         memcpy(rt->groups, k->groups, sizeof rt->groups);
         for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
             int32_t t = rt->opnd[j];
@@ -281,5 +369,40 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
     }
     free(k);
+    if (!st && njobs) make_kernels(b, jobs, njobs);
+    /* the first failure in schedule order is the one reported; every
+     * pipeline made goes to b->pipes (destroyed with the backend) */
+    for (int32_t i = 0; i < njobs; i++) {
+        kjob *j = &jobs[i];
+        if (j->pipe >= 0 || (!j->module && !j->pipeline)) {
+            if (!st && j->pipe < 0 && j->st) {
+                if (j->call) st = vkb_fail(b, j->vr, j->call, err, cap);
+                else st = j->st, mn_fmt(err, cap, "%s", j->err);
+            }
+            continue;
+        }
+        if (b->npipes == b->cap_pipes) {
+            int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
+            pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
+            if (!np) {
+                vkDestroyPipeline(b->c.device, j->pipeline, NULL);
+                vkDestroyShaderModule(b->c.device, j->module, NULL);
+                if (!st) st = MN_E_NOMEM;
+                continue;
+            }
+            b->pipes = np;
+            b->cap_pipes = c2;
+        }
+        pipe_entry *e = &b->pipes[b->npipes];
+        memset(e, 0, sizeof *e);
+        e->key = j->key, e->lay = j->lay, e->module = j->module, e->pipeline = j->pipeline;
+        j->cached ? b->kernels_cached++ : b->kernels_compiled++;
+        j->pipe = b->npipes++;
+    }
+    for (int32_t i = 0; i < p->norder && !st; i++)
+        if (job_of[i] >= 0) b->rt[p->order[i]].pipe = jobs[job_of[i]].pipe;
+    for (int32_t i = 0; i < njobs; i++) free(jobs[i].src);
+    free(jobs);
+    free(job_of);
     return st;
 }
