@@ -56,6 +56,14 @@ typedef struct backend_vtable {
      * device_open), known before the memory plan is built: the session plans
      * in chunks of this size (memplan_options.chunk_bytes). NULL: no limit. */
     uint64_t (*max_binding)(void *dev);
+    /* Optional (Vulkan, include/meganeura_vulkan.h): a device over a host's
+     * handles (desc: const mn_vulkan_device_desc *), closed by device_close;
+     * storage root `node` bound to a host buffer (const mn_vulkan_buffer *);
+     * execute with the host's semaphores (const mn_vulkan_submit *, NULL: as
+     * execute). */
+    mn_status (*device_wrap)(void **dev, const void *desc, char *err, size_t cap);
+    mn_status (*bind_external)(void *b, int32_t node, const void *buf, char *err, size_t cap);
+    mn_status (*execute_sync)(void *b, const int32_t *nodes, int32_t n, const void *sub, char *err, size_t cap);
 } backend_vtable;
 
 /* The vtable of a backend kind, or NULL if this build lacks it. */

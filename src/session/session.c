@@ -284,6 +284,7 @@ void mn_session_destroy(mn_session *s) {
     session_subsets_free(s);
     mn_graph_destroy(s->g);
     free(s->grads);
+    free(s->host_bound);
     for (int i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);
     free(s->meta);
     free(s);
@@ -316,6 +317,8 @@ mn_status mn_session_set_input(mn_session *s, const char *name, const void *data
     if (st) return st;
     int32_t id = find_named(s, name, OP_INPUT);
     if (id == MN_NONE) return fail(s, MN_E_NOT_FOUND, "set_input: no input named '%s'", name ? name : "(null)");
+    if (s->host_bound && s->host_bound[id])
+        return fail(s, MN_E_STATE, "set_input '%s': the input is bound to a host Vulkan buffer; write it there", name);
     const node *n = &s->g->nodes[id];
     size_t want = (size_t)node_numel(n) * 4;
     char sb[96];
@@ -392,6 +395,8 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
     int32_t id = find_named(s, name, OP_COUNT);
     if (id == MN_NONE || !(s->g->nodes[id].flags & (NODE_F_OUTPUT | NODE_F_LOSS)))
         return fail(s, MN_E_NOT_FOUND, "output: no output named '%s'", name ? name : "(null)");
+    if (s->host_bound && s->host_bound[id])
+        return fail(s, MN_E_STATE, "output '%s': the output is bound to a host Vulkan buffer; read it there", name);
     const node *n = &s->g->nodes[id];
     size_t want = (size_t)node_numel(n) * 4;
     char sb[96];

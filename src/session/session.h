@@ -71,6 +71,7 @@ struct mn_session {
     int nmeta;
     session_subset subsets[SESSION_MAX_SUBSETS]; /* mn_session_run_outputs (run_outputs.c) */
     int nsubsets;
+    uint8_t *host_bound; /* per node: bound to a host buffer (vulkan_host.c), or NULL */
 };
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,

@@ -3,6 +3,7 @@
 #include <ctype.h>
 
 #include "backend/vulkan/vk_util.h"
+#include "meganeura_vulkan.h"
 
 const char *vk_result_name(VkResult r) {
     switch (r) {
@@ -309,7 +310,91 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     return MN_OK;
 }
 
+/* Features the host enabled, from the VkPhysicalDeviceFeatures2 chain it gave
+ * vkCreateDevice (only the structures the backend reads). */
+typedef struct host_features {
+    bool dynamic_index, nonuniform, timeline;
+} host_features;
+
+static host_features read_host_features(const VkPhysicalDeviceFeatures2 *f2) {
+    host_features h = {false, false, false};
+    if (!f2) return h;
+    h.dynamic_index = f2->features.shaderStorageBufferArrayDynamicIndexing != 0;
+    for (const VkBaseInStructure *p = f2->pNext; p; p = p->pNext) {
+        switch (p->sType) {
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES: {
+            const VkPhysicalDeviceVulkan12Features *v = (const void *)p;
+            h.nonuniform |= v->shaderStorageBufferArrayNonUniformIndexing != 0;
+            h.timeline |= v->timelineSemaphore != 0;
+            break;
+        }
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES: {
+            const VkPhysicalDeviceDescriptorIndexingFeatures *v = (const void *)p;
+            h.nonuniform |= v->shaderStorageBufferArrayNonUniformIndexing != 0;
+            break;
+        }
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES: {
+            const VkPhysicalDeviceTimelineSemaphoreFeatures *v = (const void *)p;
+            h.timeline |= v->timelineSemaphore != 0;
+            break;
+        }
+        default: break;
+        }
+    }
+    return h;
+}
+
+mn_status vk_ctx_wrap(vk_ctx *c, const void *descp, char *err, size_t cap) {
+    const mn_vulkan_device_desc *d = descp;
+    memset(c, 0, sizeof *c);
+    c->external = true;
+    if (!d || !d->instance || !d->physical_device || !d->device || !d->queue) {
+        mn_fmt(err, cap, "vulkan: the host device needs instance, physical_device, device and queue (%s is missing)",
+               !d ? "the description" : !d->instance ? "instance" : !d->physical_device ? "physical_device"
+               : !d->device ? "device" : "queue");
+        return MN_E_INVALID;
+    }
+    c->instance = d->instance, c->phys = d->physical_device, c->device = d->device, c->queue = d->queue;
+    c->queue_family = d->queue_family;
+    c->alloc = d->allocator;
+    c->host_pcache = d->pipeline_cache;
+    vkGetPhysicalDeviceProperties(c->phys, &c->props);
+    vkGetPhysicalDeviceMemoryProperties(c->phys, &c->mem);
+    if (c->props.apiVersion < VK_API_VERSION_1_1) {
+        mn_fmt(err, cap, "vulkan: the host device '%s' is Vulkan %u.%u; the backend needs 1.1 (properties2, "
+               "dedicated allocations, maintenance3)", c->props.deviceName, VK_API_VERSION_MAJOR(c->props.apiVersion),
+               VK_API_VERSION_MINOR(c->props.apiVersion));
+        return MN_E_UNSUPPORTED;
+    }
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, NULL);
+    VkQueueFamilyProperties *q = calloc(nq + 1, sizeof *q);
+    if (!q) return MN_E_NOMEM;
+    vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, q);
+    bool compute = d->queue_family < nq && (q[d->queue_family].queueFlags & VK_QUEUE_COMPUTE_BIT);
+    free(q);
+    if (!compute) {
+        mn_fmt(err, cap, "vulkan: queue family %u of '%s' %s", d->queue_family, c->props.deviceName,
+               d->queue_family < nq ? "has no VK_QUEUE_COMPUTE_BIT" : "does not exist");
+        return MN_E_UNSUPPORTED;
+    }
+    read_caps(c->phys, &c->props, &c->caps);
+    mn_status st = apply_max_allocation(&c->caps, err, cap);
+    if (st) return st;
+    /* what the kernels may use is what the host enabled, not what the
+     * hardware has */
+    host_features h = read_host_features(d->enabled_features);
+    c->caps.dynamic_index = c->caps.dynamic_index && h.dynamic_index;
+    c->caps.nonuniform = c->caps.nonuniform && h.nonuniform;
+    c->timeline = h.timeline && c->props.apiVersion >= VK_API_VERSION_1_2;
+    return MN_OK;
+}
+
 void vk_ctx_destroy(vk_ctx *c) {
+    if (c->external) { /* the host's: nothing here is ours */
+        memset(c, 0, sizeof *c);
+        return;
+    }
     if (c->device) vkDestroyDevice(c->device, NULL);
     if (c->messenger) {
         PFN_vkDestroyDebugUtilsMessengerEXT destroy =

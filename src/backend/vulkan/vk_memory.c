@@ -26,7 +26,7 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bi.size = size;
     bi.usage = usage;
-    VKCHECK(vkCreateBuffer(b->c.device, &bi, NULL, buf), "vkCreateBuffer");
+    VKCHECK(vkCreateBuffer(b->c.device, &bi, b->c.alloc, buf), "vkCreateBuffer");
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(b->c.device, *buf, &req);
     int type = find_memory(&b->c, req.memoryTypeBits, want, nice);
@@ -41,7 +41,7 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
-    VKCHECK(vkAllocateMemory(b->c.device, &ai, NULL, mem), "vkAllocateMemory");
+    VKCHECK(vkAllocateMemory(b->c.device, &ai, b->c.alloc, mem), "vkAllocateMemory");
     VKCHECK(vkBindBufferMemory(b->c.device, *buf, *mem, 0), "vkBindBufferMemory");
     return MN_OK;
 }
@@ -119,7 +119,7 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             bi.size = chunk_size(b, a, k);
             bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                        VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-            VkResult r = vkCreateBuffer(b->c.device, &bi, NULL, &b->bufs[a][k]);
+            VkResult r = vkCreateBuffer(b->c.device, &bi, b->c.alloc, &b->bufs[a][k]);
             if (r != VK_SUCCESS) {
                 st = vkb_fail(b, r, "vkCreateBuffer", err, cap);
                 break;
@@ -164,7 +164,7 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
             ai.allocationSize = req.size;
             ai.memoryTypeIndex = (uint32_t)types[a][k];
-            VkResult r = vkAllocateMemory(b->c.device, &ai, NULL, &b->mems[a][k]);
+            VkResult r = vkAllocateMemory(b->c.device, &ai, b->c.alloc, &b->mems[a][k]);
             if (r == VK_SUCCESS) r = vkBindBufferMemory(b->c.device, b->bufs[a][k], b->mems[a][k], 0);
             if (r != VK_SUCCESS) {
                 st = vkb_fail(b, r, "vkAllocateMemory", err, cap);
@@ -202,6 +202,20 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
 operand_span vkb_operand(const vkb *b, int32_t id) {
     const mp_slot *s = &b->p->plan->slots[id];
     operand_span o = {0};
+    if (b->ext_of) { /* a host buffer (bound whole, from its offset) */
+        int32_t k = b->ext_of[memplan_root(b->p->g, id)] - 1;
+        if (k >= 0) {
+            const ext_binding *e = &b->ext[k];
+            o.buf = EXT_BUF0 + (uint32_t)k;
+            o.handle = e->buf;
+            o.offset = e->offset;
+            o.range = (s->bytes + 3) / 4 * 4;
+            if (o.range < 4) o.range = 4;
+            o.span = o.range;
+            o.live = true;
+            return o;
+        }
+    }
     uint64_t pages = memplan_pages(b->p->plan, id);
     if (pages) { /* page 0 here; page_info for each */
         o.buf = (uint32_t)s->arena;

@@ -38,14 +38,14 @@ static mn_status get_layout(vkb *b, const uint32_t *count, int32_t *out, char *e
     li.bindingCount = MAX_OPERANDS;
     li.pBindings = bind;
     b->nlays++; /* destroyed with the rest, made or not */
-    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &e->dsl), "vkCreateDescriptorSetLayout");
+    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, b->c.alloc, &e->dsl), "vkCreateDescriptorSetLayout");
     VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
     VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
     pi.setLayoutCount = 1;
     pi.pSetLayouts = &e->dsl;
     pi.pushConstantRangeCount = 1;
     pi.pPushConstantRanges = &pr;
-    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &e->layout), "vkCreatePipelineLayout");
+    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, b->c.alloc, &e->layout), "vkCreatePipelineLayout");
     *out = b->nlays - 1;
     return MN_OK;
 }
@@ -67,7 +67,7 @@ mn_status vkb_make_layout(vkb *b, char *err, size_t cap) {
  * nothing is updated per step. */
 mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
     const program *p = b->p;
-    uint32_t nsets = 0, ndesc = 0, most = 0;
+    uint32_t nsets = 0, ndesc = 0;
     for (int32_t i = 0; i < p->norder; i++) {
         int32_t id = p->order[i];
         if (b->rt[id].pipe < 0) continue;
@@ -75,7 +75,6 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
         uint32_t nd = 0; /* a set takes every descriptor of its layout, used or not */
         for (int k = 0; k < MAX_OPERANDS; k++) nd += b->lays[b->rt[id].lay].count[k];
         ndesc += nd;
-        if (nd > most) most = nd;
     }
     if (!nsets) return MN_OK;
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
@@ -83,12 +82,10 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
     dpi.maxSets = nsets;
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &ps;
-    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, NULL, &b->dpool), "vkCreateDescriptorPool");
+    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, b->c.alloc, &b->dpool), "vkCreateDescriptorPool");
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
     ai.descriptorPool = b->dpool;
     ai.descriptorSetCount = 1;
-    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
-    if (!info) return MN_E_NOMEM;
     mn_status st = MN_OK;
     for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
@@ -100,22 +97,42 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
             st = vkb_fail(b, r, "vkAllocateDescriptorSets", err, cap);
             break;
         }
-        VkWriteDescriptorSet w[MAX_OPERANDS];
-        uint32_t at = 0;
-        for (int k = 0; k < rt->nopnd; k++) {
-            int32_t t = rt->opnd[k];
-            operand_span o = vkb_operand(b, t);
-            w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-            w[k].dstSet = rt->set;
-            w[k].dstBinding = (uint32_t)k;
-            w[k].descriptorCount = o.pages ? o.pages : 1;
-            w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            w[k].pBufferInfo = &info[at];
-            if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
-            for (uint32_t j = 0; j < o.pages; j++) info[at++] = vkb_page_info(b, t, j);
-        }
-        vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
+        st = vkb_write_set(b, id, err, cap);
     }
+    return st;
+}
+
+mn_status vkb_write_set(vkb *b, int32_t id, char *err, size_t cap) {
+    node_rt *rt = &b->rt[id];
+    uint32_t most = 0;
+    for (int k = 0; k < MAX_OPERANDS; k++) most += b->lays[rt->lay].count[k];
+    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
+    if (!info) return MN_E_NOMEM;
+    VkWriteDescriptorSet w[MAX_OPERANDS];
+    uint32_t at = 0;
+    mn_status st = MN_OK;
+    for (int k = 0; k < rt->nopnd; k++) {
+        int32_t t = rt->opnd[k];
+        operand_span o = vkb_operand(b, t);
+        w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w[k].dstSet = rt->set;
+        w[k].dstBinding = (uint32_t)k;
+        w[k].descriptorCount = o.pages ? o.pages : 1;
+        w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[k].pBufferInfo = &info[at];
+        if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+        for (uint32_t j = 0; j < o.pages; j++) info[at++] = vkb_page_info(b, t, j);
+        /* pc.off: 32 bits */
+        if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
+            const node *tn = &b->p->g->nodes[t];
+            mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
+                   "constant (at most %llu)", op_table[b->p->g->nodes[id].op].name, id, (unsigned long long)o.elem,
+                   tn->name ? tn->name : op_table[tn->op].name, t, (unsigned long long)b->c.caps.push_off_max);
+            st = MN_E_UNSUPPORTED;
+        }
+        rt->push[k] = (uint32_t)o.elem;
+    }
+    if (!st) vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
     free(info);
     return st;
 }
@@ -123,6 +140,10 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
 /* ---- pipeline cache (per device and driver, on disk: vk_cache.c) --------- */
 
 void vkb_pcache_load(vkb *b) {
+    if (b->c.host_pcache) { /* the host's cache: used, never saved or destroyed here */
+        b->pcache = b->c.host_pcache;
+        return;
+    }
     char path[1200];
     void *data = NULL;
     size_t n = 0;
@@ -131,10 +152,10 @@ void vkb_pcache_load(vkb *b) {
     ci.initialDataSize = n;
     ci.pInitialData = n ? data : NULL;
     /* vk_cache.c checked our header, the checksum and the driver's header */
-    if (vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache) != VK_SUCCESS) {
+    if (vkCreatePipelineCache(b->c.device, &ci, b->c.alloc, &b->pcache) != VK_SUCCESS) {
         ci.initialDataSize = 0;
         ci.pInitialData = NULL;
-        vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache);
+        vkCreatePipelineCache(b->c.device, &ci, b->c.alloc, &b->pcache);
     }
     free(data);
 }
@@ -142,6 +163,7 @@ void vkb_pcache_load(vkb *b) {
 void vkb_pcache_save(vkb *b) {
     char path[1200];
     size_t n = 0;
+    if (b->c.host_pcache) return;
     if (!vk_pipeline_path(path, sizeof path, &b->c.props) || !b->pcache ||
         vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n)
         return;
@@ -191,7 +213,7 @@ static void make_kernel(vkb *b, kjob *j) {
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = nwords * 4;
     mi.pCode = words;
-    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &j->module);
+    VkResult r = vkCreateShaderModule(b->c.device, &mi, b->c.alloc, &j->module);
     free(words);
     if (r != VK_SUCCESS) {
         j->module = VK_NULL_HANDLE;
@@ -204,9 +226,9 @@ static void make_kernel(vkb *b, kjob *j) {
     ci.stage.module = j->module;
     ci.stage.pName = "main";
     ci.layout = b->lays[j->lay].layout;
-    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &j->pipeline);
+    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, b->c.alloc, &j->pipeline);
     if (r != VK_SUCCESS) {
-        vkDestroyShaderModule(b->c.device, j->module, NULL);
+        vkDestroyShaderModule(b->c.device, j->module, b->c.alloc);
         j->module = VK_NULL_HANDLE;
         j->pipeline = VK_NULL_HANDLE;
         j->call = "vkCreateComputePipelines", j->vr = r, j->st = MN_E_BACKEND;
@@ -355,18 +377,6 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             break;
         }
         memcpy(rt->groups, k->groups, sizeof rt->groups);
-        for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
-            int32_t t = rt->opnd[j];
-            operand_span o = vkb_operand(b, t);
-            if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
-                mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
-                       "constant (at most %llu)", op_table[n->op].name, id, (unsigned long long)o.elem,
-                       p->g->nodes[t].name ? p->g->nodes[t].name : op_table[p->g->nodes[t].op].name, t,
-                       (unsigned long long)b->c.caps.push_off_max);
-                st = MN_E_UNSUPPORTED;
-            }
-            rt->push[j] = (uint32_t)o.elem;
-        }
     }
     free(k);
     if (!st && njobs) make_kernels(b, jobs, njobs);
@@ -385,8 +395,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
             pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
             if (!np) {
-                vkDestroyPipeline(b->c.device, j->pipeline, NULL);
-                vkDestroyShaderModule(b->c.device, j->module, NULL);
+                vkDestroyPipeline(b->c.device, j->pipeline, b->c.alloc);
+                vkDestroyShaderModule(b->c.device, j->module, b->c.alloc);
                 if (!st) st = MN_E_NOMEM;
                 continue;
             }
