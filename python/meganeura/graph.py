@@ -75,6 +75,7 @@ def _pair(v, name):
 class Tensor:
     """A node of a graph: .graph, .handle (the mn_tensor), .dtype, .shape."""
     __slots__ = ("graph", "handle", "dtype")
+    __array_ufunc__ = None  # numpy_array + tensor defers to Tensor.__radd__ (a constant)
 
     def __init__(self, graph, handle, dtype=F32):
         self.graph, self.handle, self.dtype = graph, handle, dtype

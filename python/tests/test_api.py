@@ -178,6 +178,19 @@ def test_forward_matches_numpy():
     np.testing.assert_array_equal(out["sl"], a[:, 2:])
 
 
+def test_tensor_operators_with_numbers_and_arrays():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def build(g):
+        A = g.input("a", (2, 3))
+        return {"ops": (2.0 * A + 1) / 2 - A ** 2.0 + np.ones(3, np.float32) - (-A),
+                "meth": A.relu().sum(1, keepdim=True).reshape((1, 2))}
+
+    out = run_forward(build, {"a": a}, ["ops", "meth"])
+    np.testing.assert_allclose(out["ops"], (2 * a + 1) / 2 - a ** 2 + 1 + a, rtol=1e-6)
+    np.testing.assert_array_equal(out["meth"], a.sum(1).reshape(1, 2))
+
+
 def test_attention_and_embedding_match_numpy():
     rng = np.random.default_rng(1)
     q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
