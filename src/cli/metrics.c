@@ -51,16 +51,7 @@ static FILE *open_log(const char *path, char *err, size_t cap) {
     return f;
 }
 
-int metrics_open(metrics *m, const char *log_path, const char *plot_path, const char *rate_key,
-                 const char *eval_name) {
-    memset(m, 0, sizeof *m);
-    m->rate_key = rate_key;
-    m->eval_name = eval_name;
-    m->log_path = log_path;
-    m->plot_path = plot_path;
-    m->on = log_path || plot_path;
-    m->t0 = progress_now();
-    snprintf(m->title, sizeof m->title, "training");
+static int open_paths(metrics *m, const char *log_path, const char *plot_path) {
     char err[1024];
     if (log_path && !log_path[0]) return fail("--log needs a file name");
     if (plot_path && !plot_path[0]) return fail("--plot needs a file name");
@@ -72,6 +63,24 @@ int metrics_open(metrics *m, const char *log_path, const char *plot_path, const 
         if (!(m->log = open_log(log_path, err, sizeof err))) return fail("--log: %s", err);
     }
     return 0;
+}
+
+int metrics_open(metrics *m, const char *log_path, const char *plot_path, const char *rate_key,
+                 const char *eval_name) {
+    memset(m, 0, sizeof *m);
+    m->rate_key = rate_key;
+    m->eval_name = eval_name;
+    m->log_path = log_path;
+    m->plot_path = plot_path;
+    m->on = log_path || plot_path;
+    m->t0 = progress_now();
+    snprintf(m->title, sizeof m->title, "training");
+    int rc = open_paths(m, log_path, plot_path);
+    if (rc) {
+        metrics_close(m);
+        memset(m, 0, sizeof *m);
+    }
+    return rc;
 }
 
 void metrics_title(metrics *m, const char *fmt, ...) {
@@ -108,6 +117,7 @@ static void key(metrics *m, const char *k) {
 }
 
 void metrics_begin(metrics *m, const char *type) {
+    if (strcmp(type, "run") == 0) m->started = true;
     if (!m->log) return;
     m->fields = 0;
     fputc('{', m->log);
@@ -207,7 +217,7 @@ int metrics_eval(metrics *m, int64_t step, int64_t epoch, double loss, double ac
 }
 
 int metrics_finish(metrics *m, int64_t steps, const char *status) {
-    if (!m->on) return 0;
+    if (!m->on || !m->started) return 0;
     metrics_begin(m, "end");
     metrics_int(m, "steps", steps);
     metrics_str(m, "status", status);

@@ -54,12 +54,14 @@ typedef struct metrics {
     char title[160];
     double t0;
     int fields; /* fields of the record being written */
+    bool started; /* the run record was begun: finish writes the end record and the final plot */
     bool failed;
     metrics_series train_loss, train_acc, eval_loss, eval_acc;
 } metrics;
 
 /* Checks both paths (either may be NULL) and opens the log, truncating it.
- * Returns 0, or EXIT_ERROR after an error message naming the flag. */
+ * Returns 0, or EXIT_ERROR after an error message naming the flag; m is then
+ * off (nothing is written to either path). */
 int metrics_open(metrics *m, const char *log_path, const char *plot_path, const char *rate_key,
                  const char *eval_name);
 /* The title of the chart. */
@@ -85,7 +87,9 @@ int metrics_train(metrics *m, int64_t step, int64_t epoch, double loss, double a
  * left out) plus, for a language model, eval_perplexity (exp of the loss;
  * with_perplexity). Then the plot is rewritten. */
 int metrics_eval(metrics *m, int64_t step, int64_t epoch, double loss, double accuracy, bool with_perplexity);
-/* The "end" record and the final plot. status: "ok", "interrupted", "failed". */
+/* The "end" record and the final plot, if the run record was written (a
+ * command that failed before training writes neither). status: "ok",
+ * "interrupted", "failed". */
 int metrics_finish(metrics *m, int64_t steps, const char *status);
 /* Writes the plot now (no-op without --plot). */
 int metrics_plot(metrics *m);
