@@ -6,7 +6,7 @@
 #   PREFIX/LIBDIR/libmeganeura.so            its development link
 #   PREFIX/LIBDIR/libmeganeura.a             the static library
 #   PREFIX/LIBDIR/pkgconfig/meganeura.pc     for `pkg-config --cflags --libs meganeura`
-#   PREFIX/include/meganeura.h, meganeura_models.h
+#   PREFIX/include/*.h                       every header of include/ (meganeura.h, meganeura_models.h, ...)
 #   PREFIX/share/man/man1/meganeura.1
 #   PREFIX/lib/python3/dist-packages/meganeura/   the Python package (MN_PYTHON_DIR)
 #

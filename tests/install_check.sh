@@ -22,7 +22,8 @@ make -s -C "$src" --no-print-directory install-files INSTALL_FROM="$build" PREFI
 pc=$(find "$stage" -name meganeura.pc)
 [ -n "$pc" ] || die "no meganeura.pc installed"
 libdir=$(dirname "$(dirname "$pc")")
-for f in bin/meganeura include/meganeura.h include/meganeura_models.h share/man/man1/meganeura.1 \
+for h in "$src"/include/*.h; do [ -f "$stage/include/${h##*/}" ] || die "include/${h##*/} not installed"; pass; done
+for f in bin/meganeura share/man/man1/meganeura.1 \
          lib/python3/dist-packages/meganeura/__init__.py lib/python3/dist-packages/meganeura/_installed.py; do
   [ -f "$stage/$f" ] || die "$f not installed"; pass
 done
@@ -32,7 +33,7 @@ for f in libmeganeura.so libmeganeura.so.0 libmeganeura.a; do [ -e "$libdir/$f" 
 # the shared library: soname, and exactly the public functions
 readelf -d "$libdir/libmeganeura.so" | grep -q 'SONAME.*\[libmeganeura\.so\.0\]' || die "no soname libmeganeura.so.0"; pass
 nm -D --defined-only "$libdir/libmeganeura.so" | awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' | sort -u >"$dir/exported"
-"$py" - "$src/include/meganeura.h" "$src/include/meganeura_models.h" >"$dir/declared" <<'PY'
+"$py" - "$src"/include/*.h >"$dir/declared" <<'PY'
 import re, sys
 names = set()
 for h in sys.argv[1:]:
