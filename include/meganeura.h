@@ -41,6 +41,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The functions declared here are the ones libmeganeura.so exports: the
+ * library is built with hidden visibility (-fvisibility=hidden) and a
+ * version script (cmake/exports.cmake) made from these headers. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define MN_VERSION_STRING "0.1.0"
 #define MN_MAX_RANK 4
@@ -670,6 +676,9 @@ int32_t mn_tokenizer_vocab_size(const mn_tokenizer *t);
 /* Whether id is a special token (skipped by MN_TOKENIZE_SKIP_SPECIAL). */
 bool mn_tokenizer_is_special(const mn_tokenizer *t, int32_t id);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

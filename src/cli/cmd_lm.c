@@ -8,8 +8,9 @@
  * decode branch; text streamed to stdout as it is decoded, timings to
  * stderr. train lm: the text tokenized, packed into windows of seq+1
  * tokens, the last 5% of windows held out for the evaluation loss, AdamW
- * with warm-up + cosine and gradient clipping, checkpoints (resumable) and
- * an export to a Hugging Face folder.
+ * with warm-up + cosine and gradient clipping, checkpoints (resumable), an
+ * export to a Hugging Face folder, and with --log / --plot a JSON-lines log
+ * and an SVG chart of the curves (metrics.c).
  *
  * Does not: chat templates, batched generation, data sets larger than
  * memory.
@@ -27,6 +28,7 @@
 #include "cli/cmd_lm.h"
 #include "cli/args.h"
 #include "cli/messages.h"
+#include "cli/metrics.h"
 #include "cli/progress.h"
 #include "io/text.h"
 #include "meganeura_models.h"
@@ -333,6 +335,11 @@ static void help_train_lm(FILE *f) {
             "                        model.safetensors in f32, tokenizer.json)\n"
             "  --seed S              initialisation and shuffling seed (default 0)\n"
             "  --backend cpu|vulkan  (default cpu)\n"
+            "  --log FILE.jsonl      write a JSON-lines log: one object per step (loss, token\n"
+            "                        accuracy, lr, tokens/s, time) and per evaluation (eval\n"
+            "                        loss, perplexity); fields in docs/METRICS.md\n"
+            "  --plot FILE.svg       draw the loss and accuracy curves as an SVG chart,\n"
+            "                        rewritten at each evaluation\n"
             "  -h, --help            show this help\n");
 }
 
@@ -399,6 +406,7 @@ static int copy_file(const char *from, const char *to) {
 int cmd_train_lm(int argc, char **argv) {
     args a = {argc, argv, 1, "train lm", 0};
     const char *dir = NULL, *cfg_path = NULL, *tok_path = NULL, *data = NULL, *ckpt = NULL, *out = NULL, *v;
+    const char *log_path = NULL, *plot_path = NULL;
     int64_t T = 128, B = 8, steps = 0, epochs = 0, warmup = -1, eval_every = 0;
     double lr = 1e-3, clip = 1.0, wd = 0.01;
     uint64_t seed = 0;
@@ -417,6 +425,13 @@ int cmd_train_lm(int argc, char **argv) {
         else if (flag_value(&a, "--data", &v)) data = v;
         else if (flag_value(&a, "--checkpoint", &v)) ckpt = v;
         else if (flag_value(&a, "--out", &v)) out = v;
+        else if (flag_value(&a, "--log", &v)) {
+            if (!a.status && !v[0]) return usage_error("train lm", "--log needs a file name");
+            log_path = v;
+        } else if (flag_value(&a, "--plot", &v)) {
+            if (!a.status && !v[0]) return usage_error("train lm", "--plot needs a file name");
+            plot_path = v;
+        }
 #define INTOPT(name, var, lo, hi)                                                                                      \
     else if (flag_value(&a, name, &v)) {                                                                                     \
         if (!a.status && !parse_int(v, lo, hi, &var))                                                                     \
@@ -487,6 +502,14 @@ int cmd_train_lm(int argc, char **argv) {
     mn_llama *m = NULL;
     mn_session *s = NULL;
     mn_hf_checkpoint *ck = NULL;
+    metrics mt;
+    int64_t last_step = 0; /* for the log's end record */
+    if (ckpt && ((log_path && strcmp(log_path, ckpt) == 0) || (plot_path && strcmp(plot_path, ckpt) == 0))) {
+        memset(&mt, 0, sizeof mt);
+        fail("--log and --plot must not name the checkpoint %s", show(ckpt).s);
+        goto done;
+    }
+    if (metrics_open(&mt, log_path, plot_path, "tokens_per_s", "eval")) goto done;
     double t0 = now_s();
     if (mn_read_file(&text, &tlen, data, MAX_TEXT_BYTES, err, sizeof err)) {
         fail("%s", err);
@@ -576,6 +599,31 @@ int cmd_train_lm(int argc, char **argv) {
     }
     progress pg;
     const int64_t start = mn_session_step_count(s);
+    metrics_title(&mt, "meganeura train lm: %d layers, hidden %" PRId64 ", %.2fM parameters, batch %" PRId64
+                       " x %" PRId64 ", lr %g",
+                  (int)cfg.num_hidden_layers, cfg.hidden_size, (double)mn_llama_numel(m) / 1e6, B, T, lr);
+    metrics_start_clock(&mt);
+    metrics_begin(&mt, "run");
+    metrics_str(&mt, "command", "train lm");
+    metrics_str(&mt, "model", dir ? dir : cfg_path);
+    metrics_str(&mt, "backend", be == MN_BACKEND_VULKAN ? "vulkan" : "cpu");
+    metrics_int(&mt, "parameters", mn_llama_numel(m));
+    metrics_int(&mt, "steps", steps);
+    metrics_int(&mt, "first_step", start + 1);
+    metrics_int(&mt, "batch", B);
+    metrics_int(&mt, "seq", T);
+    metrics_num(&mt, "lr", lr);
+    metrics_int(&mt, "warmup", warmup);
+    metrics_num(&mt, "clip", clip);
+    metrics_num(&mt, "weight_decay", wd);
+    metrics_u64(&mt, "seed", seed);
+    metrics_int(&mt, "tokens", (int64_t)ntok);
+    metrics_int(&mt, "train_windows", ntrain);
+    metrics_int(&mt, "eval_windows", neval);
+    if (metrics_end(&mt)) goto done;
+    double seg_t0 = now_s();
+    int64_t seg_steps = 0;
+    last_step = start;
     progress_begin(&pg, stderr, 1, steps - start > 0 ? steps - start : 1);
     progress_epoch_begin(&pg, 1);
     int64_t cur_epoch = -1;
@@ -588,6 +636,7 @@ int cmd_train_lm(int argc, char **argv) {
         }
         fill_batch(in, tg, toks, perm + j * B, B, T);
         float loss = NAN;
+        const double lr_used = (double)mn_session_lr(s);
         mn_status st = mn_session_set_input(s, "input_ids", in, (size_t)(B * T) * sizeof *in);
         if (!st) st = mn_session_set_input(s, "targets", tg, (size_t)(B * T) * sizeof *tg);
         if (!st) st = mn_session_step(s);
@@ -607,9 +656,16 @@ int cmd_train_lm(int argc, char **argv) {
                 correct += best == tg[r];
             }
         progress_step(&pg, loss, correct, (int)(B * T));
+        last_step = k + 1;
+        seg_steps++;
+        const double seg_s = now_s() - seg_t0;
+        if (metrics_train(&mt, k + 1, ep + 1, loss, (double)correct / (double)(B * T), lr_used,
+                          seg_s > 0 ? (double)(seg_steps * B * T) / seg_s : NAN))
+            goto done;
         if ((k + 1) % eval_every == 0 || k + 1 == steps) {
             double el = NAN;
             if (neval && eval_loss(s, toks, ntrain, neval, B, T, in, tg, &el)) goto done;
+            if (metrics_eval(&mt, k + 1, ep + 1, el, NAN, true)) goto done;
             if (isnan(first_eval)) first_eval = el;
             last_eval = el;
             if (pg.tty) fputc('\n', stderr);
@@ -619,6 +675,8 @@ int cmd_train_lm(int argc, char **argv) {
                 fail("saving %s: %s", show(ckpt).s, mn_session_error(s));
                 goto done;
             }
+            seg_t0 = now_s();
+            seg_steps = 0;
         }
     }
     progress_epoch_end(&pg);
@@ -636,6 +694,8 @@ int cmd_train_lm(int argc, char **argv) {
     }
     rc = 0;
 done:
+    if (mt.on && metrics_finish(&mt, last_step, rc == 0 ? "ok" : "failed") && rc == 0) rc = EXIT_ERROR;
+    metrics_close(&mt);
     free(text);
     free(toks);
     free(in);

@@ -5,8 +5,10 @@
  *
  * train: AdamW with warm-up + cosine, a reshuffle and random shifts every
  * epoch, progress on stderr, a checkpoint after every epoch and on Ctrl-C
- * (exit 130), then the same evaluation as `eval` on the test split. The
- * models are built in models.c, the data file is found by cmd_data.c.
+ * (exit 130), then the same evaluation as `eval` on the test split. With
+ * --log or --plot (metrics.c) every step is logged and the test split is
+ * also evaluated after every epoch. The models are built in models.c, the
+ * data file is found by cmd_data.c.
  *
  * Does not: download data (scripts/mnist.sh does), resume training from a
  * checkpoint, or write progress to stdout.
@@ -23,6 +25,7 @@
 #include "cli/cmd_data.h"
 #include "cli/cmd_mnist.h"
 #include "cli/messages.h"
+#include "cli/metrics.h"
 #include "cli/models.h"
 #include "cli/progress.h"
 #include "io/mnist.h"
@@ -99,6 +102,13 @@ static void help_train(FILE *f) {
             "                          checked first: only a regular file is replaced\n"
             "  --data FILE           MNIST cache written by `make data`\n"
             "                          (default %s)\n"
+            "  --log FILE.jsonl      write a JSON-lines log: one object per step (loss,\n"
+            "                          accuracy, lr, images/s, time) and per epoch (loss and\n"
+            "                          accuracy on the test split); fields in docs/METRICS.md\n"
+            "  --plot FILE.svg       draw the loss and accuracy curves (train per step, test\n"
+            "                          per epoch) as an SVG chart, rewritten every epoch\n"
+            "                          (with --log or --plot the test split is evaluated after\n"
+            "                          every epoch)\n"
             "  -h, --help            show this help\n",
             MNIST_TRAIN_PER_CLASS, WARMUP_MAX,
             (double)MIN_LR_FRACTION, CLI_CNN_C1, CLI_CNN_C1, CLI_CNN_C2, CLI_CNN_FLAT,
@@ -289,14 +299,51 @@ typedef struct train_opts {
     uint64_t seed;
     const char *checkpoint; /* NULL: mnist-<model>.safetensors */
     const char *data;       /* NULL: default cache path */
+    const char *log, *plot; /* --log, --plot (NULL: none) */
 } train_opts;
+
+/* Mean cross-entropy and accuracy of the test split through the training
+ * session's forward pass (mn_session_run: no update), in batches of B whose
+ * last one is padded with zero images whose rows are ignored. x, y, logits
+ * hold a batch. The loss is computed here from the logits (log-sum-exp in
+ * double), so the padding cannot enter it. */
+static int eval_in_session(mn_session *s, const mnist_split *test, int64_t B, float *x, int32_t *y, float *logits,
+                           double *loss, double *accuracy) {
+    double sum = 0;
+    int64_t correct = 0;
+    for (int64_t at = 0; at < test->n; at += B) {
+        int64_t k = test->n - at < B ? test->n - at : B;
+        memcpy(x, test->images + at * MNIST_PIXELS, (size_t)k * MNIST_PIXELS * sizeof(float));
+        memcpy(y, test->labels + at, (size_t)k * sizeof(int32_t));
+        if (k < B) {
+            memset(x + k * MNIST_PIXELS, 0, (size_t)(B - k) * MNIST_PIXELS * sizeof(float));
+            memset(y + k, 0, (size_t)(B - k) * sizeof(int32_t));
+        }
+        if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) != MN_OK ||
+            mn_session_set_input(s, "y", y, (size_t)B * sizeof(int32_t)) != MN_OK || mn_session_run(s) != MN_OK ||
+            mn_session_output(s, "logits", logits, (size_t)B * NUM_CLASSES * sizeof(float)) != MN_OK)
+            return session_fail(s, "evaluating the test split");
+        for (int64_t i = 0; i < k; i++) {
+            const float *row = logits + i * NUM_CLASSES;
+            double mx = row[0], se = 0;
+            for (int c = 1; c < NUM_CLASSES; c++)
+                if (row[c] > mx) mx = row[c];
+            for (int c = 0; c < NUM_CLASSES; c++) se += exp((double)row[c] - mx);
+            sum += mx + log(se) - (double)row[y[i]];
+        }
+        correct += count_correct(logits, y, k);
+    }
+    *loss = test->n ? sum / (double)test->n : NAN;
+    *accuracy = test->n ? (double)correct / (double)test->n : NAN;
+    return 0;
+}
 
 static int save_checkpoint(mn_session *s, const char *path) {
     if (mn_session_save(s, path) != MN_OK) return session_fail(s, "saving the checkpoint");
     return 0;
 }
 
-static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt) {
+static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt, metrics *mt) {
     const mnist_split *tr = &data->train;
     if (o->batch > tr->n)
         return fail("--batch %" PRId64 " is larger than the %" PRId64 " training images", o->batch,
@@ -324,6 +371,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     if (!s) return EXIT_ERROR;
 
     int rc = 0;
+    int64_t done_steps = 0;
     float *x = malloc((size_t)B * MNIST_PIXELS * sizeof(float));
     int32_t *y = malloc((size_t)B * sizeof(int32_t));
     float *logits = malloc((size_t)B * NUM_CLASSES * sizeof(float));
@@ -354,6 +402,24 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
             cli_model_name(o->model), cli_model_summary(o->model),
             o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, B, steps,
             o->epochs, o->lr, o->weight_decay, o->shift, o->seed);
+    const char *backend_name = o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu";
+    metrics_title(mt, "meganeura train mnist: %s, %s, batch %" PRId64 ", lr %g, seed %" PRIu64,
+                  cli_model_name(o->model), backend_name, B, o->lr, o->seed);
+    metrics_start_clock(mt);
+    metrics_begin(mt, "run");
+    metrics_str(mt, "command", "train mnist");
+    metrics_str(mt, "model", cli_model_name(o->model));
+    metrics_str(mt, "backend", backend_name);
+    metrics_int(mt, "epochs", o->epochs);
+    metrics_int(mt, "steps_per_epoch", steps);
+    metrics_int(mt, "batch", B);
+    metrics_num(mt, "lr", o->lr);
+    metrics_num(mt, "weight_decay", o->weight_decay);
+    metrics_int(mt, "shift", o->shift);
+    metrics_u64(mt, "seed", o->seed);
+    metrics_int(mt, "train_images", tr->n);
+    metrics_int(mt, "test_images", data->test.n);
+    if ((rc = metrics_end(mt)) != 0) goto done;
 
     for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
     uint64_t rng = o->seed ^ 0x53485546464c45ull; /* "SHUFFLE": apart from the init seed */
@@ -368,6 +434,9 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     progress pr;
     progress_begin(&pr, stderr, (int)o->epochs, steps);
     double t0 = progress_now();
+    /* throughput for the log: images since the last evaluation */
+    double seg_t0 = t0;
+    int64_t seg_images = 0;
     for (int64_t e = 1; e <= o->epochs; e++) {
         shuffle(perm, tr->n, &rng);
         progress_epoch_begin(&pr, (int)e);
@@ -386,6 +455,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
                 y[b] = tr->labels[k];
             }
             float loss;
+            const double lr_used = (double)mn_session_lr(s);
             if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) !=
                     MN_OK ||
                 mn_session_set_input(s, "y", y, (size_t)B * sizeof(int32_t)) != MN_OK ||
@@ -403,7 +473,14 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
                           (double)loss, e, st + 1, show(ckpt).s);
                 goto done;
             }
-            progress_step(&pr, loss, (int)count_correct(logits, y, B), (int)B);
+            const int64_t correct = count_correct(logits, y, B);
+            progress_step(&pr, loss, (int)correct, (int)B);
+            done_steps++;
+            seg_images += B;
+            const double seg_s = progress_now() - seg_t0;
+            if ((rc = metrics_train(mt, done_steps, e, loss, (double)correct / (double)B, lr_used,
+                                    seg_s > 0 ? (double)seg_images / seg_s : NAN)) != 0)
+                goto done;
             if (g_interrupted) {
                 if (pr.tty) fputc('\n', stderr);
                 rc = save_checkpoint(s, ckpt);
@@ -420,6 +497,14 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         progress_epoch_end(&pr);
         /* Every epoch, so an interrupted or failed run keeps its work. */
         if ((rc = save_checkpoint(s, ckpt)) != 0) goto done;
+        if (mt->on) {
+            double el = NAN, ea = NAN;
+            if ((rc = eval_in_session(s, &data->test, B, x, y, logits, &el, &ea)) != 0 ||
+                (rc = metrics_eval(mt, done_steps, e, el, ea, false)) != 0)
+                goto done;
+            seg_t0 = progress_now();
+            seg_images = 0;
+        }
     }
     double secs = progress_now() - t0;
     char dur[32];
@@ -429,6 +514,10 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     printf("checkpoint %s\n", show(ckpt).s);
     fflush(stdout);
 done:
+    if (mt->on) {
+        int rm = metrics_finish(mt, done_steps, rc == 0 ? "ok" : rc == EXIT_INTERRUPTED ? "interrupted" : "failed");
+        if (rc == 0) rc = rm;
+    }
     signal(SIGINT, SIG_DFL);
     free(x);
     free(y);
@@ -492,6 +581,12 @@ int cmd_train_mnist(int argc, char **argv) {
             o.checkpoint = v;
         } else if (flag_value(&a, "--data", &v)) {
             o.data = v;
+        } else if (flag_value(&a, "--log", &v)) {
+            if (!a.status && !v[0]) return usage_error("train", "--log needs a file name");
+            o.log = v;
+        } else if (flag_value(&a, "--plot", &v)) {
+            if (!a.status && !v[0]) return usage_error("train", "--plot needs a file name");
+            o.plot = v;
         } else {
             return usage_error("train", "train: unknown option '%s'", show(argv[a.i]).s);
         }
@@ -506,12 +601,23 @@ int cmd_train_mnist(int argc, char **argv) {
      * checkpoint be written there at all? */
     char cerr[1024];
     if (mn_checkpoint_check_path(ckpt, cerr, sizeof cerr) != MN_OK) return fail("--checkpoint: %s", cerr);
+    if ((o.log && strcmp(o.log, ckpt) == 0) || (o.plot && strcmp(o.plot, ckpt) == 0))
+        return fail("--log and --plot must not name the checkpoint %s", show(ckpt).s);
+    metrics mt;
+    if (metrics_open(&mt, o.log, o.plot, "images_per_s", "test") != 0) {
+        metrics_close(&mt);
+        return EXIT_ERROR;
+    }
 
     char dbuf[4096];
     const char *dpath = data_path(dbuf, sizeof dbuf, o.data);
     mnist_data data;
-    if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
-    int rc = run_training(&o, &data, ckpt);
+    if (!dpath || !load_data(&data, dpath)) {
+        metrics_close(&mt);
+        return EXIT_ERROR;
+    }
+    int rc = run_training(&o, &data, ckpt, &mt);
+    metrics_close(&mt);
     if (rc == 0) rc = evaluate(ckpt, o.model, o.backend, &data.test);
     mnist_free(&data);
     return rc;

@@ -52,7 +52,9 @@ static void help_main(FILE *f) {
             "  -h, --help      show this help\n"
             "  --version       print the version\n"
             "\n"
-            "`meganeura <command> --help` lists the options of a command.\n"
+            "`meganeura <command> --help` lists the options of a command; `man meganeura`\n"
+            "describes them all. `train mnist` and `train lm` write a JSON-lines log of the\n"
+            "run with --log FILE.jsonl and draw its curves with --plot FILE.svg.\n"
             "\n"
             "Run `make data` once to download MNIST before `train` or `eval`.\n",
             MN_VERSION_STRING);
