@@ -22,6 +22,7 @@
 #include "cli/args.h"
 #include "cli/cmd_data.h"
 #include "cli/cmd_mnist.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
 #include "cli/models.h"
 #include "cli/progress.h"
@@ -88,7 +89,10 @@ static void help_train(FILE *f) {
             "                          (default %d for mlp, %d for cnn)\n"
             "  --lr X                peak learning rate, X > 0 (default %g for mlp, %g for cnn)\n"
             "  --weight-decay X      AdamW decoupled weight decay, X >= 0 (default %g)\n"
-            "  --batch N             batch size, 1..%d (default %d)\n"
+            "  --batch N             batch size, 1..%d (default %d); under mpirun the batch\n"
+            "                          of each rank: N ranks train on global batches of\n"
+            "                          N x batch images (`mpirun -np 2 ... --batch 64` trains\n"
+            "                          like --batch 128 in one process)\n"
             "  --shift N             augmentation: move each training image by a random\n"
             "                          offset of up to N pixels each way, 0..%d (default %d;\n"
             "                          0 turns it off)\n"
@@ -289,20 +293,44 @@ typedef struct train_opts {
     uint64_t seed;
     const char *checkpoint; /* NULL: mnist-<model>.safetensors */
     const char *data;       /* NULL: default cache path */
+    const cli_dist *dist;   /* data-parallel ranks (cli/dist.h) */
 } train_opts;
 
 static int save_checkpoint(mn_session *s, const char *path) {
+    if (!cli_dist_root()) return 0; /* data parallel: rank 0 writes */
     if (mn_session_save(s, path) != MN_OK) return session_fail(s, "saving the checkpoint");
     return 0;
 }
 
+/* One rank's shard of global batch `st`: the global batch is the images
+ * perm[st*G .. st*G + G) with G = B * ranks; every rank draws the random
+ * shifts of all G images (so the generator's stream is the one a single
+ * process with batch G draws) and keeps rows [first, first + B). */
+static void fill_shard(float *x, int32_t *y, const mnist_split *tr, const int64_t *perm, int64_t st, int64_t B,
+                       int64_t G, int64_t first, int64_t shift, uint64_t *rng) {
+    for (int64_t gb = 0; gb < G; gb++) {
+        const int64_t k = perm[st * G + gb], b = gb - first;
+        const bool mine = b >= 0 && b < B;
+        if (shift > 0) {
+            uint64_t span = (uint64_t)(2 * shift + 1);
+            int dy = (int)rng_below(rng, span) - (int)shift;
+            int dx = (int)rng_below(rng, span) - (int)shift;
+            if (mine) shift_image(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, dy, dx);
+        } else if (mine) {
+            memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof(float));
+        }
+        if (mine) y[b] = tr->labels[k];
+    }
+}
+
 static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt) {
     const mnist_split *tr = &data->train;
-    if (o->batch > tr->n)
-        return fail("--batch %" PRId64 " is larger than the %" PRId64 " training images", o->batch,
-                    tr->n);
-    const int64_t B = o->batch;
-    const int64_t steps = tr->n / B; /* the last partial batch is dropped */
+    const int64_t ranks = cli_dist_ranks(o->dist);
+    const int64_t B = o->batch, G = B * ranks; /* per rank, global */
+    if (G > tr->n)
+        return fail("--batch %" PRId64 "%s is larger than the %" PRId64 " training images", o->batch,
+                    ranks > 1 ? " times the ranks" : "", tr->n);
+    const int64_t steps = tr->n / G; /* the last partial batch is dropped */
     const int64_t total = steps * o->epochs;
 
     char err[1024];
@@ -319,6 +347,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     opt.optim.warmup_steps = total / 10 < WARMUP_MAX ? total / 10 : WARMUP_MAX;
     opt.optim.total_steps = total;
     opt.optim.min_lr = (float)o->lr * MIN_LR_FRACTION;
+    opt.dist = o->dist ? o->dist->dist : NULL;
     mn_session *s = session_new(g, &opt);
     mn_graph_destroy(g);
     if (!s) return EXIT_ERROR;
@@ -337,22 +366,27 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         goto done;
     }
 
+    const bool root = cli_dist_root();
     size_t peak = 0, sum = 0;
-    if (mn_session_memory(s, &peak, &sum) == MN_OK) {
+    if (root && mn_session_memory(s, &peak, &sum) == MN_OK) {
         char pb[32], sb[32];
         format_bytes(pb, sizeof pb, peak);
         format_bytes(sb, sizeof sb, sum);
         fprintf(stderr, "memory: %s peak with planning vs %s for all tensors (%.0f%%)\n", pb, sb,
                 sum ? 100.0 * (double)peak / (double)sum : 0.0);
-    } else {
+    } else if (root) {
         fprintf(stderr, "memory: not reported (%s)\n", mn_session_error(s));
     }
-    fprintf(stderr,
+    if (root && ranks > 1)
+        fprintf(stderr, "data parallel: %" PRId64 " ranks, batch %" PRId64 " per rank, global batch %" PRId64 "\n",
+                ranks, B, G);
+    if (root)
+        fprintf(stderr,
             "train mnist: %s (%s), backend %s, %" PRId64 " train / %" PRId64
             " test images, batch %" PRId64 ", %" PRId64 " steps/epoch, %" PRId64
             " epochs, AdamW lr %g weight decay %g, shift %" PRId64 ", seed %" PRIu64 "\n",
             cli_model_name(o->model), cli_model_summary(o->model),
-            o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, B, steps,
+            o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, G, steps,
             o->epochs, o->lr, o->weight_decay, o->shift, o->seed);
 
     for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
@@ -366,25 +400,14 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     sigaction(SIGINT, &sa, NULL);
 
     progress pr;
-    progress_begin(&pr, stderr, (int)o->epochs, steps);
+    progress_begin(&pr, cli_dist_progress_stream(), (int)o->epochs, steps);
     double t0 = progress_now();
     for (int64_t e = 1; e <= o->epochs; e++) {
         shuffle(perm, tr->n, &rng);
         progress_epoch_begin(&pr, (int)e);
         for (int64_t st = 0; st < steps; st++) {
-            for (int64_t b = 0; b < B; b++) {
-                int64_t k = perm[st * B + b];
-                if (o->shift > 0) {
-                    uint64_t span = (uint64_t)(2 * o->shift + 1);
-                    int dy = (int)rng_below(&rng, span) - (int)o->shift;
-                    int dx = (int)rng_below(&rng, span) - (int)o->shift;
-                    shift_image(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, dy, dx);
-                } else {
-                    memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS,
-                           MNIST_PIXELS * sizeof(float));
-                }
-                y[b] = tr->labels[k];
-            }
+            fill_shard(x, y, tr, perm, st, B, G, cli_dist_shard_first(o->dist, B), o->shift, &rng);
+            cli_dist_fault((e - 1) * steps + st);
             float loss;
             if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) !=
                     MN_OK ||
@@ -422,6 +445,8 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         if ((rc = save_checkpoint(s, ckpt)) != 0) goto done;
     }
     double secs = progress_now() - t0;
+    cli_dist_report(s, secs);
+    if ((rc = cli_dist_barrier("after training")) != 0 || !root) goto done;
     char dur[32];
     progress_format_duration(dur, sizeof dur, secs);
     printf("train time %.1f s (%s, %" PRId64 " steps, %.1f steps/s)\n", secs, dur, total,
@@ -497,6 +522,7 @@ int cmd_train_mnist(int argc, char **argv) {
         }
     }
     if (a.status) return a.status;
+    if (!(o.dist = cli_dist_get())) return EXIT_ERROR;
     if (!o.epochs) o.epochs = MODEL_DEFAULTS[o.model].epochs;
     if (!(o.lr > 0)) o.lr = MODEL_DEFAULTS[o.model].lr;
     char ckpt_default[64];
@@ -512,7 +538,7 @@ int cmd_train_mnist(int argc, char **argv) {
     mnist_data data;
     if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
     int rc = run_training(&o, &data, ckpt);
-    if (rc == 0) rc = evaluate(ckpt, o.model, o.backend, &data.test);
+    if (rc == 0 && cli_dist_root()) rc = evaluate(ckpt, o.model, o.backend, &data.test);
     mnist_free(&data);
     return rc;
 }

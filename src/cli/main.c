@@ -30,6 +30,7 @@
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -80,7 +81,8 @@ int main(int argc, char **argv) {
         printf("meganeura %s\n", MN_VERSION_STRING);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    /* under mpirun a failed training ends every rank (dist.c) */
+    if (strcmp(cmd, "train") == 0) return cli_dist_end(cmd_train(argc - 1, argv + 1));
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);

@@ -52,7 +52,8 @@ static void mpi_msg(char *err, size_t cap, int rank, const char *what, int rc) {
     char s[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, s, &len);
-    fmt(err, cap, "rank %d: %s: MPI error %d (%s)", rank, what, rc, s);
+    (void)rank;
+    fmt(err, cap, "%s: MPI error %d (%s)", what, rc, s);
 }
 
 /* Polls r until it completes or the deadline passes: busy (yielding) for the
@@ -71,8 +72,8 @@ static int wait_req(mn_mpi *m, MPI_Request *r, const char *what, size_t n, char 
         if (done) return 0;
         const double t = now_s();
         if (t > deadline) {
-            fmt(err, cap, "rank %d: %s of %zu values: no answer from the other ranks within %g s (a rank died, "
-                "hangs or is far behind); the job must end", m->rank, what, n, m->timeout_s);
+            fmt(err, cap, "%s of %zu values: no answer from the other ranks within %g s (a rank died, hangs or "
+                "is far behind); the job must end", what, n, m->timeout_s);
             return 1;
         }
         if (t - t0 < 1e-3) {
