@@ -9,7 +9,10 @@
  * stderr. train lm: the text tokenized, packed into windows of seq+1
  * tokens, the last 5% of windows held out for the evaluation loss, AdamW
  * with warm-up + cosine and gradient clipping, checkpoints (resumable) and
- * an export to a Hugging Face folder.
+ * an export to a Hugging Face folder. Under mpirun each rank trains on
+ * its shard of every global batch (--batch per rank), rank 0 alone writes,
+ * and checkpoints keep the data position (data_cursor) for --resume on any
+ * number of ranks (dist.h).
  *
  * Does not: chat templates, batched generation, data sets larger than
  * memory.

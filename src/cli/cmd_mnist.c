@@ -7,6 +7,8 @@
  * epoch, progress on stderr, a checkpoint after every epoch and on Ctrl-C
  * (exit 130), then the same evaluation as `eval` on the test split. The
  * models are built in models.c, the data file is found by cmd_data.c.
+ * Under mpirun each rank trains on its shard of every global batch
+ * (fill_shard; --batch is per rank) and rank 0 alone writes (dist.h).
  *
  * Does not: download data (scripts/mnist.sh does), resume training from a
  * checkpoint, or write progress to stdout.
@@ -87,6 +89,8 @@ static void help_train(FILE *f) {
             "  --backend cpu|vulkan  where to run (default cpu)\n"
             "  --epochs N            passes over the training split, N >= 1\n"
             "                          (default %d for mlp, %d for cnn)\n"
+            "  --steps N             train N steps (batches) instead, N >= 1: a fraction of\n"
+            "                          an epoch or more; the schedule spans the N steps\n"
             "  --lr X                peak learning rate, X > 0 (default %g for mlp, %g for cnn)\n"
             "  --weight-decay X      AdamW decoupled weight decay, X >= 0 (default %g)\n"
             "  --batch N             batch size, 1..%d (default %d); under mpirun the batch\n"
@@ -286,6 +290,7 @@ typedef struct train_opts {
     cli_model model;
     mn_backend_kind backend;
     int64_t epochs; /* 0: model default */
+    int64_t steps;  /* > 0: train this many steps instead of whole epochs */
     double lr;      /* 0: model default */
     double weight_decay;
     int64_t batch;
@@ -331,7 +336,8 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         return fail("--batch %" PRId64 "%s is larger than the %" PRId64 " training images", o->batch,
                     ranks > 1 ? " times the ranks" : "", tr->n);
     const int64_t steps = tr->n / G; /* the last partial batch is dropped */
-    const int64_t total = steps * o->epochs;
+    const int64_t total = o->steps ? o->steps : steps * o->epochs;
+    const int64_t epochs = (total + steps - 1) / steps; /* the last one may be cut short (--steps) */
 
     char err[1024];
     mn_graph *g;
@@ -387,7 +393,7 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
             " epochs, AdamW lr %g weight decay %g, shift %" PRId64 ", seed %" PRIu64 "\n",
             cli_model_name(o->model), cli_model_summary(o->model),
             o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, G, steps,
-            o->epochs, o->lr, o->weight_decay, o->shift, o->seed);
+            epochs, o->lr, o->weight_decay, o->shift, o->seed);
 
     for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
     uint64_t rng = o->seed ^ 0x53485546464c45ull; /* "SHUFFLE": apart from the init seed */
@@ -400,12 +406,12 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     sigaction(SIGINT, &sa, NULL);
 
     progress pr;
-    progress_begin(&pr, cli_dist_progress_stream(), (int)o->epochs, steps);
+    progress_begin(&pr, cli_dist_progress_stream(), (int)epochs, steps);
     double t0 = progress_now();
-    for (int64_t e = 1; e <= o->epochs; e++) {
+    for (int64_t e = 1; e <= epochs; e++) {
         shuffle(perm, tr->n, &rng);
         progress_epoch_begin(&pr, (int)e);
-        for (int64_t st = 0; st < steps; st++) {
+        for (int64_t st = 0; st < steps && (e - 1) * steps + st < total; st++) {
             fill_shard(x, y, tr, perm, st, B, G, cli_dist_shard_first(o->dist, B), o->shift, &rng);
             cli_dist_fault((e - 1) * steps + st);
             float loss;
@@ -495,6 +501,9 @@ int cmd_train_mnist(int argc, char **argv) {
             if (!a.status && !parse_int(v, 1, MAX_EPOCHS, &o.epochs))
                 return usage_error("train", "--epochs must be an integer in 1..%d, got '%s'",
                                    MAX_EPOCHS, show(v).s);
+        } else if (flag_value(&a, "--steps", &v)) {
+            if (!a.status && !parse_int(v, 1, INT32_MAX, &o.steps))
+                return usage_error("train", "--steps must be an integer in 1..%d, got '%s'", INT32_MAX, show(v).s);
         } else if (flag_value(&a, "--lr", &v)) {
             if (!a.status && !parse_positive(v, &o.lr))
                 return usage_error("train", "--lr must be a number > 0, got '%s'", show(v).s);
@@ -523,6 +532,7 @@ int cmd_train_mnist(int argc, char **argv) {
     }
     if (a.status) return a.status;
     if (!(o.dist = cli_dist_get())) return EXIT_ERROR;
+    if (o.steps && o.epochs) return usage_error("train", "give --steps or --epochs, not both");
     if (!o.epochs) o.epochs = MODEL_DEFAULTS[o.model].epochs;
     if (!(o.lr > 0)) o.lr = MODEL_DEFAULTS[o.model].lr;
     char ckpt_default[64];

@@ -54,6 +54,8 @@ static void help_main(FILE *f) {
             "  --version       print the version\n"
             "\n"
             "`meganeura <command> --help` lists the options of a command.\n"
+            "`mpirun -np N meganeura train ...` trains data-parallel on N processes\n"
+            "(--batch per process; rank 0 writes checkpoints and results).\n"
             "\n"
             "Run `make data` once to download MNIST before `train` or `eval`.\n",
             MN_VERSION_STRING);
