@@ -18,7 +18,7 @@ shift 3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(mpirun --oversubscribe -np 2)
+mpi=(mpirun --oversubscribe --mca btl self,vader -np 2)
 die() { echo "cli_dist: $*" >&2; exit 1; }
 # mnist to 1e-6 (the bound). lm: 1e-5: its first AdamW step moves each
 # weight by lr * g / (|g| + eps), and for gradients near eps the last bit of the
