@@ -224,18 +224,20 @@ mn_status session_dist_build(mn_session *s) {
         if (x->split == n && ((g->nodes[order[t]].flags | g->nodes[kr].flags) & NODE_F_OPTIM)) x->split = t;
     }
     for (int32_t t = x->split; t < n; t++)
-        if (!(g->nodes[order[t]].flags & NODE_F_OPTIM) && !(g->nodes[s->kernels.root ? s->kernels.root[order[t]] : order[t]].flags & NODE_F_OPTIM)) {
+        const int32_t kr = s->kernels.root ? s->kernels.root[order[t]] : order[t];
+        if (!((g->nodes[order[t]].flags | g->nodes[kr].flags) & NODE_F_OPTIM)) {
             free(pos);
             mn_fmt(s->err, sizeof s->err, "session: dist: node %d (%s) of the backward pass is scheduled after the "
-                   "first update node: cannot split the step at the all-reduce", order[t], op_table[g->nodes[order[t]].op].name);
+                   "first update node: cannot split the step at the all-reduce", order[t],
+                   op_table[g->nodes[order[t]].op].name);
             return MN_E_UNSUPPORTED;
         }
     for (int32_t r = 0; r < g->n; r++) {
         if (!(g->nodes[r].flags & NODE_F_SYNC)) continue;
         if (pos[r] < 0 || pos[r] >= x->split) {
-            free(pos);
             mn_fmt(s->err, sizeof s->err, "session: dist: gradient node %d (%s) is not computed before the "
                    "updates (position %d, updates from %d)", r, op_table[g->nodes[r].op].name, pos[r], x->split);
+            free(pos);
             return MN_E_UNSUPPORTED;
         }
         x->grads[x->ngrads++] = (dist_grad){r, pos[r], 0, (size_t)node_numel(&g->nodes[r])};
