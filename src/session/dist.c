@@ -223,7 +223,7 @@ mn_status session_dist_build(mn_session *s) {
         const int32_t kr = s->kernels.root ? s->kernels.root[order[t]] : order[t];
         if (x->split == n && ((g->nodes[order[t]].flags | g->nodes[kr].flags) & NODE_F_OPTIM)) x->split = t;
     }
-    for (int32_t t = x->split; t < n; t++)
+    for (int32_t t = x->split; t < n; t++) {
         const int32_t kr = s->kernels.root ? s->kernels.root[order[t]] : order[t];
         if (!((g->nodes[order[t]].flags | g->nodes[kr].flags) & NODE_F_OPTIM)) {
             free(pos);
@@ -232,6 +232,7 @@ mn_status session_dist_build(mn_session *s) {
                    op_table[g->nodes[order[t]].op].name);
             return MN_E_UNSUPPORTED;
         }
+    }
     for (int32_t r = 0; r < g->n; r++) {
         if (!(g->nodes[r].flags & NODE_F_SYNC)) continue;
         if (pos[r] < 0 || pos[r] >= x->split) {
