@@ -44,6 +44,8 @@ def test_structures_match_the_header(root):
         fields = []
         for decl in m.group(1).split(";"):
             decl = " ".join(decl.split())
+            if decl.startswith("const "):
+                decl = decl[len("const "):]
             if not decl:
                 continue
             # "float beta1, beta2" / "int stride[2]" / "mn_device *device" / "mn_optimizer optim"

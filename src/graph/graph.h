@@ -33,7 +33,10 @@ enum {
     NODE_F_BACKWARD = 1u << 3,  /* created by autodiff */
     NODE_F_OPTIM = 1u << 4,     /* created by the optimizer stage */
     NODE_F_HOST = 1u << 5,      /* written by the session from the host (hyper) */
-    NODE_F_READ = 1u << 6       /* read by the session after each step (the step gate): pinned like an output */
+    NODE_F_READ = 1u << 6,      /* read by the session after each step (the step gate): pinned like an output */
+    NODE_F_SYNC = 1u << 7       /* read and rewritten by the session between the backward pass and the
+                                   updates (a gradient all-reduced in data-parallel training): never
+                                   folded into another node's kernel, so it has storage */
 };
 
 typedef struct node {

@@ -164,6 +164,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
     if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
         return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
+    if ((st = session_dist_validate(s, s->err, sizeof s->err))) return st;
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
@@ -177,6 +178,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
+        if (!s->iopt.grads_only) session_dist_mark(s);
     }
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
@@ -247,6 +249,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
     if ((st = session_init_values(s))) return st;
+    if (!s->iopt.grads_only && (st = session_dist_build(s)))
+        return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     dump_env(s);
     return MN_OK;
 }
@@ -282,6 +286,7 @@ void mn_session_destroy(mn_session *s) {
     schedule_free(&s->sched);
     kir_free(&s->kernels);
     session_subsets_free(s);
+    session_dist_free(s->dist);
     mn_graph_destroy(s->g);
     free(s->grads);
     free(s->host_bound);
@@ -346,8 +351,11 @@ mn_status mn_session_step(mn_session *s) {
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
     if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;
-    if ((st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err))) {
+    /* data parallel: forward + backward, all-reduce, updates (dist.c) */
+    st = s->dist ? session_dist_step(s) : s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err);
+    if (st) {
         s->have_loss = false;
+        if (s->dist) s->dead = true; /* the ranks' sequence of all-reduces is broken */
         return st;
     }
     s->have_loss = true;

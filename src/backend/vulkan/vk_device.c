@@ -2,6 +2,7 @@
  * validation-layer reporting, and the `meganeura devices` listing. */
 #include <ctype.h>
 
+#include "backend/backend.h"
 #include "backend/vulkan/vk_util.h"
 #include "meganeura_vulkan.h"
 
@@ -121,16 +122,6 @@ static mn_status make_instance(vk_ctx *c, int validation, char *err, size_t cap)
     return MN_OK;
 }
 
-static bool contains_nocase(const char *hay, const char *needle) {
-    size_t n = strlen(needle);
-    for (; *hay; hay++) {
-        size_t i = 0;
-        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
-        if (i == n) return true;
-    }
-    return false;
-}
-
 static int type_rank(VkPhysicalDeviceType t) {
     switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
@@ -235,21 +226,22 @@ static mn_status pick_device(vk_ctx *c, char *err, size_t cap) {
     if (!d) return MN_E_NOMEM;
     vkEnumeratePhysicalDevices(c->instance, &n, d);
     const char *want = getenv("MEGANEURA_DEVICE");
-    int best = -1, best_rank = 99;
-    for (uint32_t i = 0; i < n; i++) {
-        VkPhysicalDeviceProperties p;
-        vkGetPhysicalDeviceProperties(d[i], &p);
-        if (want && *want) {
-            char *end;
-            long idx = strtol(want, &end, 10);
-            bool match = *end == 0 ? idx == (long)i : contains_nocase(p.deviceName, want);
-            if (match && best < 0) best = (int)i;
-            continue;
-        }
-        if (type_rank(p.deviceType) < best_rank) best = (int)i, best_rank = type_rank(p.deviceType);
+    backend_device_desc *desc = calloc(n, sizeof *desc);
+    VkPhysicalDeviceProperties *props = calloc(n, sizeof *props);
+    if (!desc || !props) {
+        free(d), free(desc), free(props);
+        return MN_E_NOMEM;
     }
+    for (uint32_t i = 0; i < n; i++) {
+        vkGetPhysicalDeviceProperties(d[i], &props[i]);
+        desc[i] = (backend_device_desc){props[i].deviceName, type_rank(props[i].deviceType)};
+    }
+    char why[256];
+    int best = backend_pick_device(desc, (int)n, want, backend_local_rank(), why, sizeof why);
+    free(desc);
+    free(props);
     if (best < 0) {
-        mn_fmt(err, cap, "vulkan: MEGANEURA_DEVICE='%s' matches none of the %u devices (see `meganeura devices`)", want, n);
+        mn_fmt(err, cap, "vulkan: %s", why);
         free(d);
         return MN_E_NOT_FOUND;
     }
