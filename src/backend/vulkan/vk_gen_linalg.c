@@ -5,7 +5,10 @@
  * operand maps (MM_MAP) turn a convolution into an implicit GEMM; the tile
  * shape is picked here from the problem size and the device's shared-memory
  * limit. Small or thin convolutions (few channels per group, depthwise) use
- * the direct kernels conv2d*.glsl. Pools use maxpool2d*.glsl, exact.
+ * the direct kernels conv2d*.glsl (not in the fast contract, whose operand
+ * rounding is the GEMM's: MM_RND). A matmul of the fast contract goes to
+ * vk_gen_coopmat.c first, where the device has cooperative matrices.
+ * Pools use maxpool2d*.glsl, exact.
  * Every shape, stride and tile size is baked in as a #define.
  *
  * Does not: compile or dispatch (vk_compile.c, the runtime), nor generate
@@ -127,6 +130,9 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0);
     vk_def(k, "MM_A_KFAST", "%d", a_kfast);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    /* the fast contract without cooperative matrices: rounded operands */
+    if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
+    if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
     uint64_t tiles[3] = {cdiv((uint64_t)M, c.bm), cdiv((uint64_t)N, c.bn), (uint64_t)batch};
     for (int d = 0; d < 3; d++) {
         uint64_t lim = caps->max_groups[d] ? caps->max_groups[d] : 65535;
@@ -162,6 +168,10 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
     vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
     vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
+    const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn};
+    bool used;
+    mn_status st = vk_gen_coopmat_matmul(k, &used, g, n, caps, &gs, err, cap);
+    if (st || used) return st;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);
 }
@@ -199,7 +209,9 @@ static void conv_defs(vk_kernel *k, const conv_geo *c) {
 /* The implicit GEMM pays when both output dimensions of the per-group
  * product fill a tile reasonably and there is enough work; otherwise the
  * direct kernels do better (depthwise: one channel per group). */
-static bool conv_use_gemm(int64_t M, int64_t N, int64_t K) {
+static bool conv_use_gemm(const node *n, int64_t M, int64_t N, int64_t K) {
+    /* the fast contract's rounding lives in the GEMM's loads (MM_RND) */
+    if (node_round16(n) != MN_ROUND_NONE) return true;
     return M >= 32 && N >= 16 && K >= 8 && M * N * K >= (int64_t)1 << 18;
 }
 
@@ -208,7 +220,7 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
     conv_defs(k, &c);
     const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false,
@@ -228,7 +240,7 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
     conv_defs(k, &c);
     const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups,
@@ -247,7 +259,7 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true,
                          true, err, cap);
     }
