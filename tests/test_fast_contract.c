@@ -13,7 +13,8 @@
  * - A matmul case table (transposes, batches, a shared operand, odd sizes,
  *   long K) and convolutions (forward, both gradients, groups, stride) on
  *   Vulkan against the CPU emulation; the fast result differs from the
- *   strict one by what bf16 / f16 rounding predicts.
+ *   strict one by what bf16 / f16 rounding predicts; a convolution's
+ *   output and three gradients, large enough for tensor cores.
  * - A small MLP and CNN: forward and every parameter gradient, Vulkan
  *   against the CPU, the CPU against its f64 mode; the products of the
  *   backward pass round too: dW and dx of an MSE-trained product equal
@@ -264,6 +265,62 @@ static void test_matmul_table(void) {
         free(xb);
         mn_graph_destroy(g);
     }
+}
+
+/* A convolution large enough for the tensor-core GEMMs where the device
+ * has them: y, dx, dw, db on Vulkan against the CPU emulation. */
+static void test_conv_grads(void) {
+    if (!vk) return;
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_tensor x, w, b, y, t, loss;
+    mn_init un = {MN_INIT_UNIFORM, -1.0f, 1.0f};
+    CHECK_OK(mn_graph_param(g, &x, "x", 4, (int64_t[]){2, 32, 16, 16}, un), "");
+    CHECK_OK(mn_graph_param(g, &w, "w", 4, (int64_t[]){48, 32, 3, 3}, un), "");
+    CHECK_OK(mn_graph_param(g, &b, "b", 1, (int64_t[]){48}, un), "");
+    CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 4, (int64_t[]){2, 48, 16, 16}), "");
+    mn_conv2d_params cp = {{1, 1}, {1, 1}, {1, 1}, 1};
+    CHECK_OK(mn_conv2d(g, &y, x, w, b, &cp), mn_graph_error(g));
+    CHECK_OK(mn_mse(g, &loss, y, t), mn_graph_error(g));
+    CHECK_OK(mn_graph_output(g, y, "y"), "");
+    CHECK_OK(mn_graph_loss(g, loss), "");
+    const size_t ny = 2 * 48 * 16 * 16;
+    float *tv = rnd_vec(ny, 17, 4.0f);
+    static const char *names[] = {"x", "w", "b"};
+    for (int p = 1; p < 3; p++) {
+        float *out[2][4] = {{0}};
+        size_t cnt[4] = {ny, 0, 0, 0};
+        for (int be = 0; be < 2; be++) {
+            mn_session_options o = mn_session_default_options();
+            o.backend = be ? MN_BACKEND_VULKAN : MN_BACKEND_CPU, o.device = be ? vk : NULL;
+            o.precision = (mn_precision)p, o.mode = MN_MODE_TRAINING, o.seed = 8;
+            session_internal_options io = {.grads_only = true};
+            mn_session *s = NULL;
+            CHECK_OK(session_create_ex(&s, g, &o, &io), mn_session_error(s));
+            if (!mn_session_error(s)[0]) {
+                CHECK_OK(mn_session_set_input(s, "t", tv, ny * 4), "");
+                CHECK_OK(session_forward_backward(s), mn_session_error(s));
+                out[be][0] = malloc(ny * 4);
+                CHECK_OK(mn_session_output(s, "y", out[be][0], ny * 4), "");
+                for (int i = 0; i < 3; i++) {
+                    const int32_t id = graph_find(s->g, names[i]);
+                    cnt[1 + i] = (size_t)node_numel(&s->g->nodes[id]);
+                    out[be][1 + i] = malloc(cnt[1 + i] * 4);
+                    CHECK_OK(session_read_f32(s, session_grad_of(s, id), out[be][1 + i], cnt[1 + i]), "");
+                }
+            }
+            mn_session_destroy(s);
+        }
+        static const char *what[] = {"y", "dx", "dw", "db"};
+        for (int i = 0; i < 4; i++) {
+            if (!out[0][i] || !out[1][i]) continue;
+            const double e = rel_l2(out[1][i], out[0][i], cnt[i]);
+            CHECK_MSG(e < 1e-5, "conv %s %s: Vulkan vs CPU emulation rel L2 %.3g", p == 1 ? "bf16" : "f16", what[i], e);
+        }
+        for (int i = 0; i < 4; i++) free(out[0][i]), free(out[1][i]);
+    }
+    free(tv);
+    mn_graph_destroy(g);
 }
 
 /* ---- models: forward and every gradient --------------------------------- */
@@ -582,6 +639,7 @@ int main(void) {
     vk = th_require_vulkan();
     test_glsl_bits();
     test_matmul_table();
+    test_conv_grads();
     test_models();
     test_backward_rounding();
     test_training();

@@ -5,7 +5,8 @@
  * H200: Debian's lavapipe has none, so nothing here runs a kernel).
  *
  * For matmuls of every layout (the four transpose combinations, batched, a
- * shared operand, odd sizes, the workloads' skinny shapes), each tile of
+ * shared operand, odd sizes, the workloads' skinny shapes), convolutions
+ * (forward with bias, both gradients, stride, dilation, groups, 1x1), each tile of
  * the generator's table and a few MEGANEURA_COOPMAT_TILE values, both
  * rounding modes, bf16 and f16, KHR and NV, and a fused epilogue: the
  * kernel is generated, compiled by libshaderc, the NV form (glslang's
@@ -173,7 +174,8 @@ static void gen_and_check(mn_graph *g, int32_t id, mn_round16 rnd, const char *f
     else unsetenv("MEGANEURA_COOPMAT_TILE");
     setenv("MEGANEURA_COOPMAT_ROUND", round, 1);
     char what[256], err[512] = "";
-    snprintf(what, sizeof what, "matmul %%%d [%lld,%lld] %s form=%s tile=%s round=%s", id, (long long)n->shape[0],
+    snprintf(what, sizeof what, "%s %%%d [%lld,%lld] %s form=%s tile=%s round=%s", op_table[n->op].name, id,
+             (long long)n->shape[0],
              (long long)n->shape[n->rank - 1], round_name(rnd), form, tile ? tile : "auto", round);
     vk_kernel *k = malloc(sizeof *k);
     mn_status st = vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err);
@@ -221,6 +223,55 @@ static void test_layouts(void) {
     /* a small product stays on the FMA kernel */
     int32_t small = add_matmul(g, 2, 2, 1, 8, 8, 8, false, false);
     gen_and_check(g, small, MN_ROUND_BF16, "auto", NULL, "exact", false);
+    mn_graph_destroy(g);
+}
+
+/* The convolutions' implicit GEMMs on cooperative matrices: forward (with
+ * and without bias), input and weight gradients, stride, padding,
+ * dilation, groups; a thin one stays on the FMA kernel. */
+static void add_conv(mn_graph *g, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                     const mn_conv2d_params *p, bool bias, int32_t ids[3]) {
+    static int seq;
+    char nx[32], nw[32], nb[32], ndy[32];
+    snprintf(nx, sizeof nx, "cx%d", seq), snprintf(nw, sizeof nw, "cw%d", seq);
+    snprintf(nb, sizeof nb, "cb%d", seq), snprintf(ndy, sizeof ndy, "cdy%d", seq++);
+    const int64_t groups = p->groups ? p->groups : 1;
+    mn_tensor x, w, b = MN_NONE, y = MN_NONE, dy;
+    CHECK_OK(mn_graph_input(g, &x, nx, MN_F32, 4, (int64_t[]){N, C, H, W}), mn_graph_error(g));
+    CHECK_OK(mn_graph_input(g, &w, nw, MN_F32, 4, (int64_t[]){O, C / groups, KH, KH}), mn_graph_error(g));
+    if (bias) CHECK_OK(mn_graph_input(g, &b, nb, MN_F32, 1, (int64_t[]){O}), mn_graph_error(g));
+    CHECK_OK(mn_conv2d(g, &y, x, w, b, p), mn_graph_error(g));
+    const node yn = g->nodes[y];
+    CHECK_OK(mn_graph_input(g, &dy, ndy, MN_F32, 4, yn.shape), mn_graph_error(g));
+    node q; /* the two gradient helpers, as autodiff builds them */
+    memset(&q, 0, sizeof q);
+    q.op = OP_CONV2D_BWD_INPUT, q.nin = 2, q.in[0] = dy, q.in[1] = w, q.rank = 4;
+    memcpy(q.ip, yn.ip, sizeof q.ip);
+    memcpy(q.shape, g->nodes[x].shape, sizeof q.shape);
+    CHECK_OK(graph_add(g, &ids[1], &q), g->err);
+    q.op = OP_CONV2D_BWD_WEIGHT, q.in[0] = x, q.in[1] = dy;
+    memcpy(q.shape, g->nodes[w].shape, sizeof q.shape);
+    CHECK_OK(graph_add(g, &ids[2], &q), g->err);
+    ids[0] = y;
+}
+
+static void test_conv(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    int32_t a[3], b[3], c[3];
+    add_conv(g, 2, 32, 16, 16, 48, 3, &(mn_conv2d_params){{1, 1}, {1, 1}, {1, 1}, 1}, true, a);
+    add_conv(g, 2, 32, 15, 17, 64, 3, &(mn_conv2d_params){{2, 2}, {1, 1}, {2, 1}, 2}, false, b);
+    add_conv(g, 4, 64, 14, 14, 128, 1, &(mn_conv2d_params){{1, 1}, {0, 0}, {1, 1}, 1}, true, c); /* 1x1 */
+    for (int i = 0; i < 3; i++) {
+        gen_and_check(g, a[i], MN_ROUND_BF16, "auto", NULL, "exact", true);
+        gen_and_check(g, b[i], i == 1 ? MN_ROUND_F16 : MN_ROUND_BF16, "auto", NULL, i == 2 ? "hw" : "exact", true);
+        gen_and_check(g, c[i], MN_ROUND_F16, "auto", NULL, "exact", true);
+    }
+    gen_and_check(g, a[0], MN_ROUND_F16, "nv", NULL, "exact", true);
+    int32_t thin[3]; /* depthwise: N = 1 output channel per group */
+    add_conv(g, 1, 8, 7, 7, 8, 3, &(mn_conv2d_params){{1, 1}, {1, 1}, {1, 1}, 8}, false, thin);
+    gen_and_check(g, thin[0], MN_ROUND_BF16, "auto", NULL, "exact", false);
     mn_graph_destroy(g);
 }
 
@@ -376,6 +427,7 @@ int main(void) {
     compiler = shaderc_compiler_initialize();
     CHECK(compiler != NULL);
     test_layouts();
+    test_conv();
     test_knob_errors();
     test_fused();
     test_refusals();

@@ -165,16 +165,22 @@ uint32_t vk_pick_local(const vk_caps *caps, uint64_t want);
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap);
 
-/* A GEMM's problem (matmul): op(A) [M,K] at z*saz + m*sam + k*sak, op(B)
- * [K,N] at z*sbz + k*sbk + n*sbn (elements), C [batch, M, N] row-major. */
+/* A GEMM's problem: map 0 (matmul): op(A) [M,K] at z*saz + m*sam + k*sak,
+ * op(B) [K,N] at z*sbz + k*sbk + n*sbn (elements), C [batch, M, N]
+ * row-major; maps 1-3: a convolution's implicit GEMM (matmul.glsl's MM_MAP,
+ * the CV_* defines already emitted; the strides unused). a_kfast: A's
+ * consecutive k are (nearly) consecutive in memory; b_nfast: B's
+ * consecutive n are. */
 typedef struct vk_gemm_shape {
     int64_t M, N, K, batch, saz, sam, sak, sbz, sbk, sbn;
+    int map;
+    bool a_kfast, b_nfast;
 } vk_gemm_shape;
-/* The fast contract's matmul on cooperative matrices (vk_gen_coopmat.c):
+/* The fast contract's GEMM on cooperative matrices (vk_gen_coopmat.c):
  * *used says whether it generated n (operands rounded, the device has the
  * fragments, the problem large enough); if not, matmul.glsl runs it. */
-mn_status vk_gen_coopmat_matmul(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
-                                const vk_gemm_shape *s, char *err, size_t cap);
+mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
+                              const vk_gemm_shape *s, char *err, size_t cap);
 /* SPIR-V passes a kernel asks for by defining MN_SPIRV_PASS (vk_compile
  * applies them after glslang; vk_spirv_coopmat.c): NV cooperative matrices
  * to KHR, with the 16-bit float type f16 or bf16. The version is part of

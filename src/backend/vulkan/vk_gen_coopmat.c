@@ -1,9 +1,10 @@
-/* vk_gen_coopmat.c - the fast contract's matmul on cooperative matrices
- * (kernels/matmul_coopmat.glsl): which matmuls take it, their tile, the
+/* vk_gen_coopmat.c - the fast contract's GEMMs on cooperative matrices
+ * (kernels/matmul_coopmat.glsl): matmul and the convolutions' implicit
+ * GEMMs (forward, input and weight gradients): which take it, their tile, the
  * form of the SPIR-V (KHR, rewritten by vk_spirv_coopmat.c, or NV as
  * glslang writes it), and the tuning knobs.
  *
- * A matmul takes it when its operands are rounded (NODE_F_ROUND_*), the
+ * A product takes it when its operands are rounded (NODE_F_ROUND_*), the
  * device has 16x16x16 fragments for that type with f32 accumulators at
  * subgroup scope (vk_caps.coopmat_*) and the product is large enough to
  * fill one small tile; otherwise vk_gen_linalg.c's matmul.glsl runs it with
@@ -22,7 +23,8 @@
  *     rounded by integer arithmetic (the CPU reference's rule) before the
  *     conversion to 16 bits; hw: the device's conversion rounds.
  *
- * Does not: convolutions (they run on matmul.glsl with rounding), compile.
+ * Does not: compile; decide between the implicit GEMM and the direct
+ * convolution kernels (vk_gen_linalg.c: always the GEMM when rounding).
  */
 #include <ctype.h>
 
@@ -134,8 +136,8 @@ static cm_cfg cm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t batch, 
     return c;
 }
 
-mn_status vk_gen_coopmat_matmul(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
-                                const vk_gemm_shape *s, char *err, size_t cap) {
+mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
+                              const vk_gemm_shape *s, char *err, size_t cap) {
     *used = false;
     const mn_round16 rnd = node_round16(n);
     if (rnd == MN_ROUND_NONE) return MN_OK;
@@ -171,21 +173,22 @@ mn_status vk_gen_coopmat_matmul(vk_kernel *k, bool *used, const mn_graph *g, con
         c = cm_pick(caps, s->M, s->N, s->batch, &found);
         if (!found) return MN_OK; /* no tile fits this device */
     }
-    const bool a_kfast = s->sak == 1, b_nfast = s->sbn == 1;
+    const bool a_kfast = s->a_kfast, b_nfast = s->b_nfast, mm = s->map == 0;
     /* vec4 loads: the contiguous extent a multiple of 4 (then every unit's
      * first index is too: the other strides are multiples of it), and an
      * unpaged operand (pc.off is a multiple of 4: tensors are 64-byte
      * aligned, binding offsets a power of two: the template drops it for
      * a paged operand) */
-    const bool va = (a_kfast ? s->K : s->M) % 4 == 0, vb = (b_nfast ? s->N : s->K) % 4 == 0;
+    const bool va = mm && (a_kfast ? s->K : s->M) % 4 == 0, vb = mm && (b_nfast ? s->N : s->K) % 4 == 0;
     const bool even_m = s->M % c.bm == 0, even_n = s->N % c.bn == 0;
     /* straight from the fragments into Y: row-major C, whole tiles, rows a
      * multiple of 16 bytes (the template drops it for a paged Y or a fused
      * group's MM_EPILOGUE) */
-    const bool direct = even_m && even_n && s->N % 4 == 0;
+    const bool direct = mm && even_m && even_n && s->N % 4 == 0;
     k->tmpl = "matmul_coopmat";
     if (form == CM_FORM_KHR)
         vk_def(k, "MN_SPIRV_PASS", "%s", rnd == MN_ROUND_BF16 ? VK_SPIRV_PASS_COOPMAT_BF16 : VK_SPIRV_PASS_COOPMAT);
+    vk_def(k, "MM_MAP", "%d", s->map);
     vk_def(k, "MM_M", "%lldu", (long long)s->M);
     vk_def(k, "MM_N", "%lldu", (long long)s->N);
     vk_def(k, "MM_K", "%lldu", (long long)s->K);

@@ -6,8 +6,9 @@
  * shape is picked here from the problem size and the device's shared-memory
  * limit. Small or thin convolutions (few channels per group, depthwise) use
  * the direct kernels conv2d*.glsl (not in the fast contract, whose operand
- * rounding is the GEMM's: MM_RND). A matmul of the fast contract goes to
- * vk_gen_coopmat.c first, where the device has cooperative matrices.
+ * rounding is the GEMM's: MM_RND). A GEMM of the fast contract (matmul or
+ * convolution) goes to vk_gen_coopmat.c first, where the device has
+ * cooperative matrices.
  * Pools use maxpool2d*.glsl, exact.
  * Every shape, stride and tile size is baked in as a #define.
  *
@@ -113,6 +114,12 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t batch, bool a_kfast, bool b_kfast, char *err,
                            size_t cap) {
+    if (map != MAP_MATMUL) { /* a convolution of the fast contract: cooperative matrices first */
+        const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast};
+        bool used;
+        mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+        if (st || used) return st;
+    }
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
     vk_def(k, "MM_M", "%lld", (long long)M);
@@ -168,9 +175,10 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
     vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
     vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
-    const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn};
+    const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn,
+                              MAP_MATMUL, sak == 1, sbn == 1};
     bool used;
-    mn_status st = vk_gen_coopmat_matmul(k, &used, g, n, caps, &gs, err, cap);
+    mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
     if (st || used) return st;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);

@@ -41,28 +41,38 @@
 // or Y(i) = acc to the elements inside the matrix.
 //
 // Indexing lives in the helpers cm_a_index, cm_b_index, cm_c_index (element
-// offsets of A, B, C) so a wider index type changes them alone.
+// offsets of A, B, C) and, for the convolutions' implicit GEMM (MM_MAP 1-3,
+// the maps of matmul.glsl: forward, input gradient, weight gradient), cm_a,
+// cm_b, cm_c_index, so a wider index type changes them alone. A
+// convolution loads element by element through its map, adds its bias
+// (MM_BIAS) after the products, and stores through the scratch.
 //
-// Does not: convolutions (matmul.glsl's maps), K splits, more than two
-// stages, NV_cooperative_matrix2's tensor loads.
+// Does not: K splits, more than two stages, NV_cooperative_matrix2's
+// tensor loads.
 
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_shader_subgroup_basic : require
 
+#ifndef MM_MAP
+#define MM_MAP 0
+#endif
+#ifndef MM_BIAS
+#define MM_BIAS 0
+#endif
 // what the generator allowed, less what a fused group changed after it
 // (vk_gen_fused.c adds page defines and MM_EPILOGUE to the matmul's)
-#if CM_VA && !defined(X0_PAGES)
+#if CM_VA && !defined(X0_PAGES) && MM_MAP == 0
 #define CM_VEC_A 1
 #else
 #define CM_VEC_A 0
 #endif
-#if CM_VB && !defined(X1_PAGES)
+#if CM_VB && !defined(X1_PAGES) && MM_MAP == 0
 #define CM_VEC_B 1
 #else
 #define CM_VEC_B 0
 #endif
-#if CM_DIRECT && !defined(MM_EPILOGUE) && !defined(Y_PAGES)
+#if CM_DIRECT && !defined(MM_EPILOGUE) && !defined(Y_PAGES) && MM_MAP == 0 && !MM_BIAS
 #define CM_STORE_DIRECT 1
 #else
 #define CM_STORE_DIRECT 0
@@ -112,10 +122,69 @@ layout(std430, set = 0, binding = 1) readonly buffer BufX0v { vec4 d[]; } bX0v;
 layout(std430, set = 0, binding = 2) readonly buffer BufX1v { vec4 d[]; } bX1v;
 #endif
 
-// ---- indexing ----------------------------------------------------------
+// ---- indexing: the operand maps (MM_MAP, as matmul.glsl's) ---------------
+// cm_a / cm_b read an in-range element of op(A) / op(B) (0 for a
+// convolution's padding), cm_c_index gives C's element index.
+#if MM_MAP == 0
 uint cm_a_index(uint z, uint m, uint k) { return z * MM_SAZ + m * MM_SAM + k * MM_SAK; }
 uint cm_b_index(uint z, uint k, uint n) { return z * MM_SBZ + k * MM_SBK + n * MM_SBN; }
 uint cm_c_index(uint z, uint m, uint n) { return (z * MM_M + m) * MM_N + n; }
+float cm_a(uint z, uint m, uint k) { return X0(cm_a_index(z, m, k)); }
+float cm_b(uint z, uint k, uint n) { return X1(cm_b_index(z, k, n)); }
+
+#elif MM_MAP == 1
+// conv2d forward, z = group: m = (b, oh, ow), k = (ci, kh, kw), n = o
+float cm_a(uint z, uint m, uint k) {
+    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+    uint ci = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+    if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+}
+float cm_b(uint z, uint k, uint n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
+uint cm_c_index(uint z, uint m, uint n) {
+    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+    return (b * CV_O + z * CV_OG + n) * (CV_OH * CV_OW) + p;
+}
+
+#elif MM_MAP == 2
+// conv2d input gradient, z = group: m = (b, h, w) of dx, k = (o, kh, kw), n = ci
+float cm_a(uint z, uint m, uint k) {
+    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    int th = int(p / CV_W) + CV_PH - int((r / CV_KW) * CV_DH);
+    int tw = int(p % CV_W) + CV_PW - int((r % CV_KW) * CV_DW);
+    if (th < 0 || tw < 0) return 0.0;
+    uint oh = uint(th) / CV_SH, ow = uint(tw) / CV_SW;
+    if (oh * CV_SH != uint(th) || ow * CV_SW != uint(tw) || oh >= CV_OH || ow >= CV_OW) return 0.0;
+    return X0(((b * CV_O + z * CV_OG + o) * CV_OH + oh) * CV_OW + ow);
+}
+float cm_b(uint z, uint k, uint n) {
+    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    return X1(((z * CV_OG + o) * CV_CG + n) * (CV_KH * CV_KW) + r);
+}
+uint cm_c_index(uint z, uint m, uint n) {
+    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+    return (b * CV_C + z * CV_CG + n) * (CV_H * CV_W) + p;
+}
+
+#elif MM_MAP == 3
+// conv2d weight gradient, z = group: m = o, k = (b, oh, ow), n = (ci, kh, kw)
+float cm_a(uint z, uint m, uint k) {
+    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+    return X1((b * CV_O + z * CV_OG + m) * (CV_OH * CV_OW) + p);
+}
+float cm_b(uint z, uint k, uint n) {
+    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+    uint ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
+    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+    if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+}
+uint cm_c_index(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW) + n; }
+#endif
 
 // ---- staging: four f32 -> four 16-bit values in a uvec2 ------------------
 uvec2 cm_pack(vec4 v) {
@@ -155,7 +224,7 @@ vec4 cm_load_a(uint z, uint m0, uint k0, uint u) {
 #else
         uint mm = m + j, kk = k;
 #endif
-        if ((CM_EVEN_M != 0 || mm < MM_M) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = X0(cm_a_index(z, mm, kk));
+        if ((CM_EVEN_M != 0 || mm < MM_M) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = cm_a(z, mm, kk);
     }
 #endif
     return v;
@@ -179,7 +248,7 @@ vec4 cm_load_b(uint z, uint n0, uint k0, uint u) {
 #else
         uint nn = n, kk = k + j;
 #endif
-        if ((CM_EVEN_N != 0 || nn < MM_N) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = X1(cm_b_index(z, kk, nn));
+        if ((CM_EVEN_N != 0 || nn < MM_N) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = cm_b(z, kk, nn);
     }
 #endif
     return v;
@@ -289,6 +358,9 @@ void main() {
                     float v = uintBitsToFloat((col & 1u) != 0u ? w.y : w.x);
                     uint m = m0 + wm + i * 16 + row, n = n0 + wn + j * 16 + col;
                     if ((CM_EVEN_M == 0 && m >= MM_M) || (CM_EVEN_N == 0 && n >= MM_N)) continue;
+#if MM_BIAS
+                    v += X2(z * CV_OG + n); // conv2d's bias, after the products (the CPU adds it first)
+#endif
 #ifdef MM_EPILOGUE
                     MM_EPILOGUE(cm_c_index(z, m, n), v)
 #else
