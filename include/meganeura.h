@@ -519,6 +519,25 @@ typedef struct mn_dist {
     void *user;
     size_t bucket_bytes; /* gradient bytes per sum() call; 0: 4 MiB */
 } mn_dist;
+/* The arithmetic of matrix products: matmul and the convolutions (conv1d,
+ * conv2d, conv_transpose2d), forward and backward (their gradients are
+ * products too). Tensors are stored in f32 in every mode.
+ * STRICT (the default): f32 operands, f32 accumulation.
+ * FAST_BF16, FAST_F16 (the fast contract): each operand element of a
+ *   product is rounded to bf16 (or f16) - to nearest, ties to even; f16
+ *   keeps subnormals and turns |x| >= 65520 into inf - and the products
+ *   are accumulated in f32. On a device with cooperative matrices (tensor
+ *   cores) the Vulkan backend runs them there; elsewhere (and on the CPU,
+ *   the reference) plain f32 arithmetic on the rounded operands gives the
+ *   same values up to the order of the f32 sums. Everything else (norms,
+ *   softmax, losses, the optimizer, the master weights) stays f32. */
+typedef enum mn_precision {
+    MN_PRECISION_STRICT = 0,
+    MN_PRECISION_FAST_BF16 = 1,
+    MN_PRECISION_FAST_F16 = 2
+} mn_precision;
+/* "strict", "bf16", "f16"; "?" for anything else. */
+const char *mn_precision_name(mn_precision p);
 
 typedef struct mn_session_options {
     mn_backend_kind backend;
@@ -529,6 +548,7 @@ typedef struct mn_session_options {
     mn_nonfinite nonfinite; /* training: non-finite loss or gradients (default SKIP) */
     const mn_dist *dist; /* training: data-parallel all-reduce (copied at creation; its
                             user data must outlive the session); NULL: one process */
+    mn_precision precision; /* matrix products (default STRICT) */
 } mn_session_options;
 
 /* What data-parallel steps spent communicating, summed over the steps

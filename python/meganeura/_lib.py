@@ -71,7 +71,7 @@ class mn_optimizer(Structure):
 
 class mn_session_options(Structure):
     _fields_ = [("backend", c_int), ("mode", c_int), ("optim", mn_optimizer), ("seed", c_uint64),
-                ("device", c_void_p), ("nonfinite", c_int), ("dist", c_void_p)]
+                ("device", c_void_p), ("nonfinite", c_int), ("dist", c_void_p), ("precision", c_int)]
 
 
 class mn_conv2d_params(Structure):

@@ -33,6 +33,24 @@ mn_session_options mn_session_default_options(void) {
     return o;
 }
 
+const char *mn_precision_name(mn_precision p) {
+    switch (p) {
+    case MN_PRECISION_STRICT: return "strict";
+    case MN_PRECISION_FAST_BF16: return "bf16";
+    case MN_PRECISION_FAST_F16: return "f16";
+    default: return "?";
+    }
+}
+
+/* The fast contract: every contraction of the session's graph (the user's
+ * and those autodiff added: the backward products) rounds its operands. */
+static void mark_precision(mn_graph *g, mn_precision p) {
+    if (p == MN_PRECISION_STRICT) return;
+    const uint32_t f = p == MN_PRECISION_FAST_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
+    for (int32_t i = 0; i < g->n; i++)
+        if (op_fuse_class(g->nodes[i].op) == FUSE_MATMUL) g->nodes[i].flags |= f;
+}
+
 const char *mn_session_error(const mn_session *s) { return s ? s->err : "no session (out of memory?)"; }
 
 static size_t real_size(const mn_session *s) { return s->iopt.f64 ? 8 : 4; }
@@ -165,6 +183,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
         return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
     if ((st = session_dist_validate(s, s->err, sizeof s->err))) return st;
+    if ((int)o->precision < MN_PRECISION_STRICT || o->precision > MN_PRECISION_FAST_F16)
+        return fail(s, MN_E_INVALID, "session: unknown precision %d (strict, fast bf16, fast f16)", (int)o->precision);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
@@ -180,6 +200,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
         if (!s->iopt.grads_only) session_dist_mark(s);
     }
+    mark_precision(g, o->precision);
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
     const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
