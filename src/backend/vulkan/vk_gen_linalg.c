@@ -112,10 +112,10 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
                            size_t cap) {
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
-    vk_def(k, "MM_M", "%lld", (long long)M);
-    vk_def(k, "MM_N", "%lld", (long long)N);
-    vk_def(k, "MM_K", "%lld", (long long)K);
-    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def_i(k, "MM_M", M);
+    vk_def_i(k, "MM_N", N);
+    vk_def_i(k, "MM_K", K);
+    vk_def_i(k, "MM_BATCH", batch);
     vk_def(k, "MM_BM", "%u", c.bm);
     vk_def(k, "MM_BN", "%u", c.bn);
     vk_def(k, "MM_BK", "%u", c.bk);
@@ -156,12 +156,12 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
     /* element (m, k) of op(a) is at m*sam + k*sak; (k, n) of op(b) at k*sbk + n*sbn */
     const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
-    vk_def(k, "MM_SAZ", "%lldu", (long long)(A->rank == 3 ? M * K : 0));
-    vk_def(k, "MM_SAM", "%lldu", (long long)sam);
-    vk_def(k, "MM_SAK", "%lldu", (long long)sak);
-    vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
-    vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
-    vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
+    vk_def_u(k, "MM_SAZ", (uint64_t)(A->rank == 3 ? M * K : 0));
+    vk_def_u(k, "MM_SAM", (uint64_t)sam);
+    vk_def_u(k, "MM_SAK", (uint64_t)sak);
+    vk_def_u(k, "MM_SBZ", (uint64_t)(B->rank == 3 ? K * N : 0));
+    vk_def_u(k, "MM_SBK", (uint64_t)sbk);
+    vk_def_u(k, "MM_SBN", (uint64_t)sbn);
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);
 }
@@ -193,7 +193,7 @@ static void conv_defs(vk_kernel *k, const conv_geo *c) {
              {"CV_CG", c->Cg}, {"CV_OG", c->Og}, {"CV_KH", c->KH}, {"CV_KW", c->KW}, {"CV_OH", c->OH},
              {"CV_OW", c->OW}, {"CV_SH", c->sh}, {"CV_SW", c->sw}, {"CV_PH", c->ph}, {"CV_PW", c->pw},
              {"CV_DH", c->dh}, {"CV_DW", c->dw}};
-    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def_i(k, d[i].name, d[i].v);
 }
 
 /* The implicit GEMM pays when both output dimensions of the per-group
@@ -272,16 +272,16 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
 static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, int64_t OW) {
     const mn_pool_attrs a = pool_attrs_of(n);
     const int64_t kh = a.kernel[0], kw = a.kernel[1];
-    vk_def(k, "MP_H", "%lld", (long long)x->shape[2]);
-    vk_def(k, "MP_W", "%lld", (long long)x->shape[3]);
-    vk_def(k, "MP_OH", "%lld", (long long)OH);
-    vk_def(k, "MP_OW", "%lld", (long long)OW);
-    vk_def(k, "MP_KH", "%lld", (long long)kh);
-    vk_def(k, "MP_KW", "%lld", (long long)kw);
-    vk_def(k, "MP_SH", "%lld", (long long)(a.stride[0] > 0 ? a.stride[0] : kh));
-    vk_def(k, "MP_SW", "%lld", (long long)(a.stride[1] > 0 ? a.stride[1] : kw));
-    vk_def(k, "MP_PH", "%lld", (long long)a.pad[0]);
-    vk_def(k, "MP_PW", "%lld", (long long)a.pad[1]);
+    vk_def_i(k, "MP_H", x->shape[2]);
+    vk_def_i(k, "MP_W", x->shape[3]);
+    vk_def_i(k, "MP_OH", OH);
+    vk_def_i(k, "MP_OW", OW);
+    vk_def_i(k, "MP_KH", kh);
+    vk_def_i(k, "MP_KW", kw);
+    vk_def_i(k, "MP_SH", a.stride[0] > 0 ? a.stride[0] : kh);
+    vk_def_i(k, "MP_SW", a.stride[1] > 0 ? a.stride[1] : kw);
+    vk_def_i(k, "MP_PH", a.pad[0]);
+    vk_def_i(k, "MP_PW", a.pad[1]);
 }
 
 /* Loop iterations of a max-pooling invocation: its window (the forward), or
