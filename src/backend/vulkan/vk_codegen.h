@@ -17,7 +17,7 @@
  * - Y(i) = v writes element i of the output (Y is never read), X0(i) ..
  *   X5(i) read element i of input k, X<k>_WR(i) = v writes an input the
  *   kernel updates in place; X<i>I(i) reads an int32 tensor element; Y_N,
- *   X<i>_N are element counts (uint);
+ *   X<i>_N are element counts (IDX: uint, or uint64_t with MN_IDX64);
  * - a paged operand (larger than one binding: memplan_pages) is an array of
  *   <op>_PAGES bindings of 2^<op>_SHIFT elements each (Y_PAGES, X0_PAGES ..);
  *   the macros above hide it (preamble.glsl); MN_NONUNIFORM when the device
