@@ -57,7 +57,8 @@ static bool dispatches(op_id op) { return !op_has(op, OPF_SOURCE | OPF_VIEW); }
 static int g_covered[OP_COUNT];
 static shaderc_compiler_t g_cc;
 static shaderc_compile_options_t g_opts;
-static int g_kernels, g_grid2d, g_wide;
+static int g_kernels, g_grid2d, g_wide, g_validated;
+static bool g_no_val; /* compile only (no spirv-val): the 64-bit pass over the graphs of the 32-bit ones */
 
 /* ---- compile + validate -------------------------------------------------- */
 
@@ -90,7 +91,7 @@ static bool compile_validate(const char *src, const char *label, bool int64) {
                            shaderc_result_get_length(r) / 4) != int64) {
         fprintf(stderr, "---- %s: the SPIR-V %s 64-bit integers\n", label, int64 ? "lacks" : "uses");
         ok = false;
-    } else {
+    } else if (!g_no_val) {
         char path[] = "/tmp/mn_vk_codegen_XXXXXX";
         int fd = mkstemp(path);
         ok = fd >= 0;
@@ -102,6 +103,7 @@ static bool compile_validate(const char *src, const char *label, bool int64) {
             char cmd[256];
             snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.1 %s", path);
             if (ok) ok = system(cmd) == 0;
+            g_validated += ok;
             if (!ok) fprintf(stderr, "---- %s: spirv-val failed (%s)\n", label, path);
             else unlink(path);
         }
@@ -733,7 +735,9 @@ int main(void) {
     wide.index_max = 1;
     wide.int64 = true;
     const int before = g_kernels;
+    g_no_val = true; /* spirv-val checks the 64-bit forms in test_vk_paged and at real scale below */
     run_all(&wide, "idx64");
+    g_no_val = false;
     printf("index_max 1: %d of %d kernels with 64-bit indices\n", g_wide, g_kernels - before);
     CHECK(g_wide > (g_kernels - before) * 3 / 4);
     test_real_scale();
@@ -745,7 +749,7 @@ int main(void) {
             missing++;
         }
     CHECK(missing == 0);
-    printf("%d kernels compiled and validated\n", g_kernels);
+    printf("%d kernels compiled, %d of them validated by spirv-val\n", g_kernels, g_validated);
     shaderc_compile_options_release(g_opts);
     shaderc_compiler_release(g_cc);
     return th_finish("test_vk_codegen");
