@@ -312,10 +312,13 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         if (chunk && (bytes > chunk ? at % chunk != 0 : at % chunk + bytes > chunk)) at = (at / chunk + 1) * chunk;
         mp->slots[i] = (mp_slot){a, at, bytes};
         if (!mn_add_u64(&mp->arena_bytes[a], at, align_up(bytes))) goto overflow;
+        mp->tensor_bytes[a] += align_up(bytes); /* below arena_bytes: cannot overflow */
     }
     /* work roots: first fit in schedule order, in place where allowed. held[r]:
      * root r owns a block of the work arena not yet released (an in-place
-     * output takes its input's block over) */
+     * output takes its input's block over); live_bytes: the aligned bytes
+     * of the blocks held (the arena's fullest: tensor_bytes) */
+    uint64_t live_bytes = 0;
     for (int32_t t = 0; t < norder; t++) {
         int32_t id = order[t];
         const node *nd = &g->nodes[id];
@@ -351,6 +354,10 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         if (place) {
             mp->slots[id] = (mp_slot){MP_ARENA_WORK, off, bytes};
             held[id] = opt->reuse;
+            if (!reused) { /* an in-place output takes its input's block: no more bytes */
+                live_bytes += align_up(bytes);
+                if (live_bytes > mp->tensor_bytes[MP_ARENA_WORK]) mp->tensor_bytes[MP_ARENA_WORK] = live_bytes;
+            }
         }
         /* release every work root whose last use is this position */
         if (opt->reuse) {
@@ -361,6 +368,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
                     int32_t r = root[rd->in[k]];
                     if (held[r] && last[r] == t) {
                         held[r] = 0;
+                        live_bytes -= align_up(mp->slots[r].bytes);
                         if ((st = mp_fs_release(&work, mp->slots[r].offset, align_up(mp->slots[r].bytes))))
                             goto nomem;
                     }
@@ -368,6 +376,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
             }
             if (place && held[id] && last[id] <= t) {
                 held[id] = 0;
+                live_bytes -= align_up(bytes);
                 if ((st = mp_fs_release(&work, off, align_up(bytes)))) goto nomem;
             }
         }
@@ -416,8 +425,13 @@ void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f) {
             (unsigned long long)mp->sum_bytes, MP_ALIGN);
     if (mp->chunk_bytes) fprintf(f, ", chunks of %llu bytes", (unsigned long long)mp->chunk_bytes);
     fprintf(f, "\n");
+    /* the arena = its tensors at the fullest (aligned) + padding: chunk
+     * boundaries skipped and, in the work arena, gaps between live blocks */
     for (int a = 0; a < MP_ARENA_COUNT; a++)
-        fprintf(f, "  arena %-5s %llu bytes\n", names[a], (unsigned long long)mp->arena_bytes[a]);
+        fprintf(f, "  arena %-5s %llu bytes (tensors %llu%s, padding %llu)\n", names[a],
+                (unsigned long long)mp->arena_bytes[a], (unsigned long long)mp->tensor_bytes[a],
+                a == MP_ARENA_WORK ? " live at most" : "",
+                (unsigned long long)(mp->arena_bytes[a] - mp->tensor_bytes[a]));
     for (int32_t i = 0; i < mp->n; i++) {
         const mp_slot *s = &mp->slots[i];
         if (s->arena < 0) continue;

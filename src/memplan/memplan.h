@@ -40,6 +40,11 @@ typedef struct memplan {
     int32_t n;
     uint64_t arena_bytes[MP_ARENA_COUNT];
     uint64_t sum_bytes; /* sum of all tensors' sizes, each aligned to MP_ALIGN (no reuse, no chunk padding) */
+    /* per arena, the bytes its tensors hold at its fullest, each aligned to
+     * MP_ALIGN: the pinned arenas' sums, the work arena's largest live set;
+     * arena_bytes - tensor_bytes is padding (chunk boundaries skipped, and
+     * in the work arena free gaps between live tensors) */
+    uint64_t tensor_bytes[MP_ARENA_COUNT];
     uint64_t chunk_bytes; /* the option's, a power of two if a tensor is larger (0: none) */
     size_t real_size;   /* bytes per f32 element: 4, or 8 for the CPU f64 mode */
 } memplan;

@@ -17,13 +17,18 @@
  * - Y(i) = v writes element i of the output (Y is never read), X0(i) ..
  *   X5(i) read element i of input k, X<k>_WR(i) = v writes an input the
  *   kernel updates in place; X<i>I(i) reads an int32 tensor element; Y_N,
- *   X<i>_N are element counts (uint);
+ *   X<i>_N are element counts (IDX: uint, or uint64_t with MN_IDX64);
  * - a paged operand (larger than one binding: memplan_pages) is an array of
  *   <op>_PAGES bindings of 2^<op>_SHIFT elements each (Y_PAGES, X0_PAGES ..);
  *   the macros above hide it (preamble.glsl); MN_NONUNIFORM when the device
  *   indexes descriptor arrays non-uniformly. Defined only when paged;
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
+ * - IDX / SIDX are the types of element indices and offsets: uint / int, or
+ *   uint64_t / int64_t in a kernel of 64-bit indexing (MN_IDX64: an operand
+ *   has more than vk_caps.index_max elements, vk_codegen_node); the
+ *   generators write sizes, strides and dimensions with the literal suffix
+ *   of that type (vk_def_u, vk_def_i), so products of them do not wrap;
  * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
  *
  * Does not: compile (vk_compile.c), record or run anything (vk_backend.c).
@@ -61,9 +66,12 @@ typedef struct vk_caps {
     uint64_t max_binding;
     uint64_t device_binding; /* the same from the device alone (messages) */
     uint32_t offset_align;   /* minStorageBufferOffsetAlignment, at least 4 */
-    /* the most elements one tensor may have: kernels index with 32-bit
-     * signed arithmetic. 0: VK_INDEX_MAX_DEFAULT (2^31 - 1) */
+    /* the most elements an operand of a kernel with 32-bit index arithmetic
+     * may have (2^31 - 1: signed 32-bit, or lower with MEGANEURA_VK_INDEX_MAX);
+     * a kernel with a larger operand is generated with 64-bit indices
+     * (MN_IDX64), which needs int64 (shaderInt64). 0: VK_INDEX_MAX_DEFAULT */
     int64_t index_max;
+    bool int64; /* shaderInt64, enabled on the device when present */
     /* the largest element offset a push constant pc.off holds (uint) */
     uint64_t push_off_max;
     /* storage-buffer descriptors one kernel may bind (a paged operand takes
@@ -87,6 +95,10 @@ typedef struct vk_caps {
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
 static inline int64_t vk_index_max(const vk_caps *c) { return c->index_max > 0 ? c->index_max : VK_INDEX_MAX_DEFAULT; }
+/* The most elements one operand may have in a kernel of 64-bit indexing:
+ * element indices stay below 2^62 (signed 64-bit coordinates with room for
+ * the offsets a kernel adds). */
+#define VK_INDEX64_MAX ((int64_t)1 << 62)
 
 /* True if a kernel whose invocations each run `iterations` loop iterations
  * (every loop not unrolled, nested ones multiplied) stays within the
@@ -104,11 +116,28 @@ typedef struct vk_kernel {
     uint32_t local[3];  /* workgroup size */
     uint32_t groups[3]; /* dispatch size */
     bool overflow;      /* defines did not fit: an error at vk_codegen_node's end */
+    bool idx64;         /* 64-bit indexing (MN_IDX64): an operand exceeds vk_caps.index_max */
     char expr[512];     /* eltwise kernels: EXPR(a, b, c)'s text (fused kernels reuse it) */
 } vk_kernel;
 
 /* Appends "#define NAME VALUE\n" (printf-style value). */
 void vk_def(vk_kernel *k, const char *name, const char *fmt, ...) MN_PRINTF(3, 4);
+/* "#define NAME v" as an unsigned (vk_def_u: "123u", or "123ul" in a kernel
+ * of 64-bit indexing) or signed (vk_def_i: "123" / "123l") literal of the
+ * kernel's index type: element counts, sizes, strides, dimensions. */
+void vk_def_u(vk_kernel *k, const char *name, uint64_t v);
+void vk_def_i(vk_kernel *k, const char *name, int64_t v);
+/* The literal suffixes of the kernel's index type: "u" / "ul", "" / "l". */
+static inline const char *vk_usfx(const vk_kernel *k) { return k->idx64 ? "ul" : "u"; }
+static inline const char *vk_isfx(const vk_kernel *k) { return k->idx64 ? "l" : ""; }
+/* Decides the kernel's index width from its operands' element counts
+ * (opnd[0] the output, then the inputs): 64-bit when one exceeds
+ * vk_caps.index_max; sets k->idx64 and defines MN_IDX64. Refuses (naming
+ * the op, the operand's shape and the reason) a kernel that needs 64-bit
+ * indexing on a device without shaderInt64, or an operand beyond
+ * VK_INDEX64_MAX. */
+mn_status vk_index_width(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int nopnd,
+                         const vk_caps *caps, char *err, size_t cap);
 /* Appends a raw line (e.g. a multi-line macro). */
 void vk_line(vk_kernel *k, const char *fmt, ...) MN_PRINTF(2, 3);
 /* 1-D launch of n invocations with the given workgroup size, folded into a

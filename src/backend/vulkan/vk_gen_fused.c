@@ -68,6 +68,18 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     mn_status st = MN_OK;
     memset(k, 0, sizeof *k);
     k->tmpl = "eltwise";
+    /* the index width from the group's operands: the root and every tensor
+     * read from outside the group (members have the root's shape or less) */
+    {
+        int32_t opnd[1 + KIR_MAX_MEMBERS * NODE_MAX_IN] = {root};
+        int no = 1;
+        for (int j = 0; j <= nm; j++) {
+            const node *m = &g->nodes[j < nm ? members[j] : root];
+            for (int s = 0; s < m->nin; s++) opnd[no++] = m->in[s];
+        }
+        if ((st = vk_index_width(k, g, root, opnd, no, caps, err, cap))) goto out;
+    }
+    const bool idx64 = k->idx64;
     int64_t dim[4];
     vk_pad4(dim, rn);
     fread_ reads[MAX_READS];
@@ -89,6 +101,11 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             (strcmp(scratch->tmpl, "matmul") && strcmp(scratch->tmpl, "gemv") && strcmp(scratch->tmpl, "matmul_coopmat")) ||
             node_numel(mn) != node_numel(rn)) {
             st = ffail(g, root, err, cap, "a matmul member that is not a GEMM of the root's shape");
+            goto out;
+        }
+        if (scratch->idx64 != idx64) { /* the group's width rules: the matmul again at it */
+            st = ffail(g, root, err, cap, idx64 ? "a matmul epilogue reads a tensor larger than the product"
+                                                 : "a matmul member wider than its group");
             goto out;
         }
         memcpy(k, scratch, sizeof *k);
@@ -176,7 +193,7 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     if (!st) {
         const int first = mmj >= 0 ? 2 : 0; /* the matmul defined its own operands */
         if (mmj < 0) {
-            vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(rn));
+            vk_def_u(k, "Y_N", (uint64_t)node_numel(rn));
             vk_def(k, "NIN", "%d", *next);
         }
         for (int b = first; b < *next; b++) {
@@ -184,7 +201,7 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             snprintf(nmx, sizeof nmx, "X%d_ACCESS", b);
             vk_def(k, nmx, "readonly");
             snprintf(nmx, sizeof nmx, "X%d_N", b);
-            vk_def(k, nmx, "%lluu", (unsigned long long)node_numel(&g->nodes[ext[b]]));
+            vk_def_u(k, nmx, (uint64_t)node_numel(&g->nodes[ext[b]]));
         }
         int32_t opnd[1 + KIR_MAX_INPUTS] = {root};
         for (int b = 0; b < *next; b++) opnd[1 + b] = ext[b];

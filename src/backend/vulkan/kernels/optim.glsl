@@ -54,7 +54,7 @@ void main() {
     float c = MAX_NORM / (sqrt(X0(0)) + 1e-6);
     Y(0) = (!isnan(c) && c < 1.0) ? c : 1.0;
 #else
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
     if (SKIP != 0.0) return;
     precise float lr = HYPER(0) * LR_MULT;

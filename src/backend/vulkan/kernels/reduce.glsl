@@ -34,7 +34,7 @@
 bool mn_beats(float v, float best) { return isnan(best) ? false : (isnan(v) || v > best); }
 
 // Element l of slice o, as summed (squared for sumsq / mse).
-float red_term(uint o, uint l) {
+float red_term(IDX o, IDX l) {
 #if RED_OP == RED_MSE
     float d = X0(l) - X1(l);
     return d * d;
@@ -88,7 +88,7 @@ float dd_value(float hi, float lo) { return isinf(hi) ? hi : hi + lo; }
 #if !RED_SERIAL
 shared float sh_v[LOCAL_X];
 #if RED_ARG
-shared uint sh_i[LOCAL_X];
+shared IDX sh_i[LOCAL_X];
 #else
 shared float sh_lo[LOCAL_X];
 #endif
@@ -96,12 +96,12 @@ shared float sh_lo[LOCAL_X];
 
 void main() {
 #if RED_SERIAL
-    uint o = GID;
+    IDX o = GID;
     if (o >= NOUT) return;
 #if RED_ARG
     float best = X0(BASE(o) + ROFF(0u));
-    uint arg = 0u;
-    for (uint l = 1u; l < RLEN; l++) {
+    IDX arg = 0u;
+    for (IDX l = 1u; l < RLEN; l++) {
         float v = X0(BASE(o) + ROFF(l));
         if (mn_beats(v, best)) {
             best = v;
@@ -110,18 +110,18 @@ void main() {
     }
 #else
     float hi = 0.0, lo = 0.0;
-    for (uint l = 0u; l < RLEN; l++) dd_add(hi, lo, red_term(o, l));
+    for (IDX l = 0u; l < RLEN; l++) dd_add(hi, lo, red_term(o, l));
 #endif
 #else // one workgroup per output element
-    uint o = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    IDX o = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (o >= NOUT) return; // uniform over the workgroup
     uint t = gl_LocalInvocationID.x;
 #if RED_ARG
     float best = -MN_INF;
-    uint arg = 0xffffffffu; // an empty partial loses every tie
-    for (uint l = t; l < RLEN; l += LOCAL_X) {
+    IDX arg = MN_IDX_NONE; // an empty partial loses every tie
+    for (IDX l = t; l < RLEN; l += LOCAL_X) {
         float v = X0(BASE(o) + ROFF(l));
-        if (arg == 0xffffffffu || mn_beats(v, best)) {
+        if (arg == MN_IDX_NONE || mn_beats(v, best)) {
             best = v;
             arg = l;
         }
@@ -133,9 +133,9 @@ void main() {
     for (uint h = LOCAL_X / 2u; h > 0u; h >>= 1u) {
         if (t < h) {
             float w = sh_v[t + h], v = sh_v[t];
-            uint j = sh_i[t + h], i = sh_i[t];
+            IDX j = sh_i[t + h], i = sh_i[t];
             // the later partial wins if it beats, or ties with a lower index
-            if (j != 0xffffffffu && (i == 0xffffffffu || mn_beats(w, v) || (!mn_beats(v, w) && j < i))) {
+            if (j != MN_IDX_NONE && (i == MN_IDX_NONE || mn_beats(w, v) || (!mn_beats(v, w) && j < i))) {
                 sh_v[t] = w;
                 sh_i[t] = j;
             }
@@ -147,7 +147,7 @@ void main() {
     arg = sh_i[0];
 #else
     float hi = 0.0, lo = 0.0;
-    for (uint l = t; l < RLEN; l += LOCAL_X) dd_add(hi, lo, red_term(o, l));
+    for (IDX l = t; l < RLEN; l += LOCAL_X) dd_add(hi, lo, red_term(o, l));
     sh_v[t] = hi;
     sh_lo[t] = lo;
     memoryBarrierShared();
@@ -170,9 +170,9 @@ void main() {
 #if RED_OP == RED_MAXBWD
     float g = X2(o);
 #if RED_SERIAL
-    for (uint l = 0u; l < RLEN; l++) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
+    for (IDX l = 0u; l < RLEN; l++) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
 #else
-    for (uint l = t; l < RLEN; l += LOCAL_X) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
+    for (IDX l = t; l < RLEN; l += LOCAL_X) Y(BASE(o) + ROFF(l)) = l == arg ? g : 0.0;
 #endif
 #else
 #if !RED_SERIAL
