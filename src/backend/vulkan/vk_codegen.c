@@ -128,10 +128,15 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
+void vk_kernel_clear(vk_kernel *k) {
+    free(k->code);
+    memset(k, 0, sizeof *k);
+}
+
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
     const node *n = &g->nodes[id];
-    memset(k, 0, sizeof *k);
+    memset(k, 0, sizeof *k); /* k->code of an earlier kernel is its owner's to free (vk_kernel_clear) */
     /* every kernel indexes its tensors with 32-bit signed arithmetic */
     int64_t most = vk_index_max(caps);
     for (int i = -1; i < n->nin; i++) {
@@ -193,7 +198,8 @@ char *vk_codegen_source(const vk_kernel *k) {
     char head[160];
     snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
              k->local[1], k->local[2]);
-    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(body) + 64;
+    const char *code = k->code ? k->code : "";
+    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(code) + strlen(body) + 64;
     char *s = malloc(n);
     if (!s) return NULL;
     /* #version must come first: it is cut out of the preamble and put first,
@@ -208,6 +214,6 @@ char *vk_codegen_source(const vk_kernel *k) {
     }
     at += (size_t)snprintf(s + at, n - at, "%.*s", (int)(ver_end - ver + 1), ver);
     at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
-    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s", ver_end + 1, math, body);
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s%s", ver_end + 1, math, code, body);
     return s;
 }
