@@ -275,13 +275,14 @@ static mn_status multi_updates(multi_ctx *c, uint64_t max_bytes) {
     return commit_updates(c, from);
 }
 
-/* Per concat of a clean tree: its leaves, the gradient regions they read
- * (multi-update kernels) and their block length. */
+/* Per concat of a clean tree: its computed leaves, the operands its kernel
+ * binds (gradient regions: multi-update kernel q >= 0; other tensors copied
+ * in: -1 - id) and the leaves' block length. */
 typedef struct tree_info {
     int32_t leaves;
     int64_t block;
-    int8_t nreg;
-    int32_t reg[KIR_MAX_INPUTS];
+    int8_t nop;
+    int32_t op[KIR_MAX_INPUTS];
     bool clean;
 } tree_info;
 
@@ -292,42 +293,45 @@ static bool sumsq_leaf(const multi_ctx *c, int32_t id) {
     return c->grp[view_root(c->g, n->in[0])] >= 0 && c->g->nodes[n->in[0]].dtype == MN_F32;
 }
 
-static bool add_region(tree_info *t, int32_t r) {
-    for (int i = 0; i < t->nreg; i++)
-        if (t->reg[i] == r) return true;
-    if (t->nreg == KIR_MAX_INPUTS) return false;
-    t->reg[t->nreg++] = r;
+static bool add_operand(tree_info *t, int32_t key) {
+    for (int i = 0; i < t->nop; i++)
+        if (t->op[i] == key) return true;
+    if (t->nop == KIR_MAX_INPUTS) return false;
+    t->op[t->nop++] = key;
     return true;
 }
 
-/* Folds the subtree of concat id into root r (inputs first, in order). */
-static void fold_tree(multi_ctx *c, int32_t id, int32_t r) {
+/* Folds the subtree of id into root r: its concats and computed leaves
+ * (ti[.].clean or sumsq_leaf), inputs first. */
+static void fold_tree(multi_ctx *c, const tree_info *ti, int32_t id, int32_t r) {
     const node *n = &c->g->nodes[id];
     if (n->op == OP_CONCAT)
-        for (int i = 0; i < n->nin; i++) fold_tree(c, n->in[i], r);
+        for (int i = 0; i < n->nin; i++) {
+            const int32_t m = n->in[i];
+            if (c->nuse[m] == 1 && c->user[m] == id && (ti[m].clean || sumsq_leaf(c, m))) fold_tree(c, ti, m, r);
+        }
     if (id != r) {
         c->k->root[id] = r;
         c->k->fused++;
     }
 }
 
-/* True if no in-place writer runs between member m and root r. */
-static bool no_writer_between(const multi_ctx *c, int32_t m, int32_t r) {
-    return c->writers[c->pos[r]] == c->writers[c->pos[m] + 1];
-}
-
-static bool tree_movable(const multi_ctx *c, int32_t id, int32_t r) {
+static bool tree_movable(const multi_ctx *c, const tree_info *ti, int32_t id, int32_t r) {
     const node *n = &c->g->nodes[id];
-    if (id != r && !no_writer_between(c, id, r)) return false;
+    if (id != r && !(c->writers[c->pos[r]] == c->writers[c->pos[id] + 1])) return false;
     if (n->op == OP_CONCAT)
-        for (int i = 0; i < n->nin; i++)
-            if (!tree_movable(c, n->in[i], r)) return false;
+        for (int i = 0; i < n->nin; i++) {
+            const int32_t m = n->in[i];
+            if (c->nuse[m] == 1 && c->user[m] == id && (ti[m].clean || sumsq_leaf(c, m)) && !tree_movable(c, ti, m, r))
+                return false;
+        }
     return true;
 }
 
-/* Concat trees over sumsq leaves of multi-update gradients: one kernel each
- * (maximal clean subtrees). */
-static mn_status multi_sumsq(multi_ctx *c) {
+/* Concat trees over sumsq leaves of multi-update gradients (maximal clean
+ * subtrees): one kernel each. An input that is no such leaf (the sums of a
+ * paged gradient, say) is copied into its place by the kernel. */
+static mn_status multi_sumsq(multi_ctx *c, uint64_t max_bytes) {
     const mn_graph *g = c->g;
     const schedule *s = c->s;
     tree_info *ti = calloc((size_t)g->n + 1, sizeof *ti);
@@ -336,36 +340,38 @@ static mn_status multi_sumsq(multi_ctx *c) {
         const int32_t id = s->order[t];
         const node *n = &g->nodes[id];
         if (n->op != OP_CONCAT || concat_axis(n) != 0 || n->rank != 1 || n->dtype != MN_F32 || c->io[id] ||
-            c->k->root[id] != id)
+            c->k->root[id] != id || node_bytes(n, 4) > max_bytes)
             continue;
         tree_info x = {0, 0, 0, {0}, true};
         for (int i = 0; i < n->nin && x.clean; i++) {
             const int32_t m = n->in[i];
-            for (int j = 0; j < i; j++) x.clean &= n->in[j] != m;
-            x.clean &= c->nuse[m] == 1 && c->user[m] == id;
-            if (!x.clean) break;
-            if (sumsq_leaf(c, m)) {
-                const int64_t b = sumsq_block(&g->nodes[m]);
-                x.clean = (x.block == 0 || x.block == b) && add_region(&x, c->grp[view_root(g, g->nodes[m].in[0])]);
+            const node *mn = &g->nodes[m];
+            bool dup = false;
+            for (int j = 0; j < i; j++) dup |= n->in[j] == m;
+            const bool own = !dup && c->nuse[m] == 1 && c->user[m] == id;
+            if (own && sumsq_leaf(c, m)) {
+                const int64_t b = sumsq_block(mn);
+                x.clean = (x.block == 0 || x.block == b) && add_operand(&x, c->grp[view_root(g, mn->in[0])]);
                 x.block = b;
                 x.leaves++;
-            } else if (ti[m].clean) {
+            } else if (own && ti[m].clean) {
                 x.clean = x.block == 0 || x.block == ti[m].block;
                 x.block = ti[m].block;
-                for (int j = 0; j < ti[m].nreg && x.clean; j++) x.clean = add_region(&x, ti[m].reg[j]);
+                for (int j = 0; j < ti[m].nop && x.clean; j++) x.clean = add_operand(&x, ti[m].op[j]);
                 x.leaves += ti[m].leaves;
-            } else {
-                x.clean = false;
+            } else { /* copied: a tensor with storage of its own that fits a binding */
+                x.clean = mn->rank == 1 && mn->dtype == MN_F32 && c->k->root[m] == m && node_bytes(mn, 4) <= max_bytes &&
+                          add_operand(&x, -1 - m);
             }
         }
-        x.clean &= x.leaves <= KIR_MULTI_MAX;
+        x.clean &= x.leaves > 0 && x.leaves <= KIR_MULTI_MAX;
         ti[id] = x;
     }
     /* roots: from the end, so a clean concat's clean inputs fold into it */
     for (int32_t t = s->n - 1; t >= 0; t--) {
         const int32_t id = s->order[t];
-        if (!ti[id].clean || c->k->root[id] != id || !tree_movable(c, id, id)) continue;
-        fold_tree(c, id, id);
+        if (!ti[id].clean || c->k->root[id] != id || !tree_movable(c, ti, id, id)) continue;
+        fold_tree(c, ti, id, id);
         c->k->kind[id] = KIR_MULTI_SUMSQ;
     }
     free(ti);
@@ -388,7 +394,7 @@ static mn_status multi_pass(kir *k, const mn_graph *g, const schedule *s, const 
         const uint64_t max_bytes = o->multi_bytes ? o->multi_bytes : (uint64_t)1 << 31;
         st = multi_updates(&c, max_bytes);
     }
-    if (!st && k->nmulti) st = multi_sumsq(&c);
+    if (!st && k->nmulti) st = multi_sumsq(&c, o->multi_bytes ? o->multi_bytes : (uint64_t)1 << 31);
     if (!st && k->nmulti) {
         k->multi_ids = malloc((size_t)c.nids * sizeof *k->multi_ids);
         if (!k->multi_ids) st = MN_E_NOMEM;

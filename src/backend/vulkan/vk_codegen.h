@@ -160,10 +160,13 @@ typedef struct vk_operands {
  * regions of the plan. */
 mn_status vk_codegen_multi_update(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int32_t nm,
                                   vk_operands *ops, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
-/* The kernel of a multi sum-of-squares tree rooted at concat root:
- * region_of[r] gives, for a gradient's storage r, its multi-update group
- * (-1: none), first_grad / last_grad[group] the group's gradient region. */
-mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *region_of,
+/* The kernel of a multi sum-of-squares tree rooted at concat root (its
+ * members: kernel_root[i] == root): region_of[r] gives, for a gradient's
+ * storage r, its multi-update group (-1: none), first_grad / last_grad
+ * [group] the group's gradient region; inputs of the tree that are not
+ * members are copied into their place. */
+mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *kernel_root,
+                                 const int32_t *region_of,
                                  const int32_t *first_grad, const int32_t *last_grad, vk_operands *ops,
                                  const memplan *mp, const vk_caps *caps, char *err, size_t cap);
 /* The per-update defines of optim.glsl for update n (multi: without the

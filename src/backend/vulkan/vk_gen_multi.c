@@ -220,75 +220,86 @@ mn_status vk_codegen_multi_update(vk_kernel *k, const mn_graph *g, int32_t root,
 typedef struct sq_ctx {
     const uint32_t *reg;
     const uint64_t *at, *len, *first;
+    const bool *copy;
 } sq_ctx;
 
 static void sq_leaf(sbuf *b, int32_t t, const void *c) {
     const sq_ctx *q = c;
-    sb_add(b, "reg = %uu; at = %lluu; len = %lluu; first = %lluu;\n", q->reg[t], (unsigned long long)q->at[t],
-           (unsigned long long)q->len[t], (unsigned long long)q->first[t]);
+    sb_add(b, "reg = %uu; at = %lluu; len = %lluu; first = %lluu; copy = %s;\n", q->reg[t], (unsigned long long)q->at[t],
+           (unsigned long long)q->len[t], (unsigned long long)q->first[t], q->copy[t] ? "true" : "false");
 }
 
-/* The leaves (sumsq) of the concat tree at id, in order. */
-static bool tree_leaves(const mn_graph *g, int32_t id, int32_t *out, int32_t *n, int32_t most) {
+/* The inputs of the tree at id in order: members (kernel_root == root)
+ * that are sumsq (computed) or concats (walked), anything else (copied). */
+static bool tree_leaves(const mn_graph *g, const int32_t *kr, int32_t root, int32_t id, int32_t *out, int32_t *n,
+                        int32_t most) {
     const node *x = &g->nodes[id];
-    if (x->op == OP_SUMSQ) {
+    if (id != root && (kr[id] != root || x->op != OP_CONCAT)) {
         if (*n == most) return false;
         out[(*n)++] = id;
         return true;
     }
     if (x->op != OP_CONCAT) return false;
     for (int i = 0; i < x->nin; i++)
-        if (!tree_leaves(g, x->in[i], out, n, most)) return false;
+        if (!tree_leaves(g, kr, root, x->in[i], out, n, most)) return false;
     return true;
 }
 
-mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *region_of,
-                                 const int32_t *first_grad, const int32_t *last_grad, vk_operands *ops,
-                                 const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
+mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *kr,
+                                 const int32_t *region_of, const int32_t *first_grad, const int32_t *last_grad,
+                                 vk_operands *ops, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
     memset(k, 0, sizeof *k);
     memset(ops, 0, sizeof *ops);
     const node *rn = &g->nodes[root];
-    int32_t *leaf = malloc((size_t)KIR_MULTI_MAX * sizeof *leaf), nl = 0;
-    uint32_t *reg = malloc((size_t)KIR_MULTI_MAX * sizeof *reg);
-    uint64_t *at = malloc((size_t)KIR_MULTI_MAX * sizeof *at), *len = malloc((size_t)KIR_MULTI_MAX * sizeof *len),
-             *first = malloc((size_t)KIR_MULTI_MAX * sizeof *first);
-    mn_status st = leaf && reg && at && len && first ? MN_OK : MN_E_NOMEM;
-    if (!st && !tree_leaves(g, root, leaf, &nl, KIR_MULTI_MAX)) st = mfail(g, root, err, cap, "not a tree of sumsq");
-    int32_t groups[KIR_MAX_INPUTS];
-    int ng = 0;
+    const int32_t most = 2 * KIR_MULTI_MAX;
+    int32_t *leaf = malloc((size_t)most * sizeof *leaf), nl = 0;
+    uint32_t *reg = malloc((size_t)most * sizeof *reg);
+    uint64_t *at = malloc((size_t)most * sizeof *at), *len = malloc((size_t)most * sizeof *len),
+             *first = malloc((size_t)most * sizeof *first);
+    bool *copy = malloc((size_t)most * sizeof *copy);
+    mn_status st = leaf && reg && at && len && first && copy ? MN_OK : MN_E_NOMEM;
+    if (!st && !tree_leaves(g, kr, root, root, leaf, &nl, most)) st = mfail(g, root, err, cap, "not a concat tree");
+    int32_t keys[KIR_MAX_INPUTS]; /* operand j + 1: a gradient region (>= 0) or a copied tensor (-1 - id) */
+    int nk = 0;
     int64_t block = 0;
     uint64_t parts = 0;
     set_operand(ops, 0, root, root);
     for (int32_t t = 0; !st && t < nl; t++) {
         const node *s = &g->nodes[leaf[t]];
-        const int32_t x = s->in[0], q = region_of[memplan_root(g, x)];
-        if (q < 0 || (block && sumsq_block(s) != block) || sumsq_block(s) <= 0) {
+        copy[t] = kr[leaf[t]] != root;
+        const int32_t x = copy[t] ? leaf[t] : s->in[0], q = copy[t] ? -1 : region_of[memplan_root(g, x)];
+        if (!copy[t] && (s->op != OP_SUMSQ || q < 0 || sumsq_block(s) <= 0 || (block && sumsq_block(s) != block))) {
             st = mfail(g, root, err, cap, "a leaf outside the gradient regions");
             break;
         }
-        block = sumsq_block(s);
+        if (!copy[t]) block = sumsq_block(s);
+        const int32_t key = copy[t] ? -1 - x : q;
         int r = 0;
-        while (r < ng && groups[r] != q) r++;
-        if (r == ng) {
-            if (ng == KIR_MAX_INPUTS) {
-                st = mfail(g, root, err, cap, "too many regions");
+        while (r < nk && keys[r] != key) r++;
+        if (r == nk) {
+            if (nk == KIR_MAX_INPUTS) {
+                st = mfail(g, root, err, cap, "too many operands");
                 break;
             }
-            groups[ng++] = q;
-            set_operand(ops, 1 + r, first_grad[q], last_grad[q]);
+            keys[nk++] = key;
+            if (copy[t]) set_operand(ops, 1 + r, x, x);
+            else set_operand(ops, 1 + r, first_grad[q], last_grad[q]);
         }
-        const int32_t f = first_grad[q];
-        if (memplan_pages(mp, x) || mp->slots[x].arena != mp->slots[f].arena || mp->slots[x].offset < mp->slots[f].offset) {
-            st = mfail(g, root, err, cap, "a gradient outside its region");
+        const int32_t f = copy[t] ? x : first_grad[q];
+        if (memplan_pages(mp, x) || mp->slots[x].arena < 0 || mp->slots[x].arena != mp->slots[f].arena ||
+            mp->slots[x].offset < mp->slots[f].offset) {
+            st = mfail(g, root, err, cap, "a tensor outside its region or paged");
             break;
         }
         reg[t] = (uint32_t)r;
         at[t] = elem_off(mp, x) - elem_off(mp, f);
         len[t] = (uint64_t)node_numel(&g->nodes[x]);
         first[t] = parts;
-        parts += (uint64_t)node_numel(s);
+        parts += (uint64_t)node_numel(copy[t] ? &g->nodes[x] : s);
     }
+    if (!st && !block) st = mfail(g, root, err, cap, "no sum of squares to compute");
     if (!st && parts != (uint64_t)node_numel(rn)) st = mfail(g, root, err, cap, "partials do not add up to the output");
+    if (!st && memplan_pages(mp, root)) st = mfail(g, root, err, cap, "a paged output");
     sbuf b = {0};
     if (!st) {
         vk_def(k, "Y_N", "%lluu", (unsigned long long)parts);
@@ -299,9 +310,17 @@ mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, 
         st = vk_sumsq_block_defs(k, g, rn, caps, block, parts, err, cap);
     }
     if (!st) {
-        sq_ctx c = {reg, at, len, first};
-        sb_add(&b, "void mt_find(uint o, out uint reg, out uint at, out uint len, out uint first) {\n");
-        emit_search(&b, first, 0, nl, "o", sq_leaf, &c);
+        /* entries with no partial (an empty copied tensor) are no search keys */
+        int32_t w = 0;
+        for (int32_t t = 0; t < nl; t++) {
+            const bool empty = copy[t] && len[t] == 0;
+            if (empty) continue;
+            reg[w] = reg[t], at[w] = at[t], len[w] = len[t], first[w] = first[t], copy[w] = copy[t];
+            w++;
+        }
+        sq_ctx c = {reg, at, len, first, copy};
+        sb_add(&b, "void mt_find(uint o, out uint reg, out uint at, out uint len, out uint first, out bool copy) {\n");
+        emit_search(&b, first, 0, w, "o", sq_leaf, &c);
         sb_add(&b, "}\n");
         if (b.bad) st = MN_E_NOMEM;
         else if (k->overflow) st = mfail(g, root, err, cap, "specialisation text too long");
@@ -313,5 +332,6 @@ mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, 
     free(at);
     free(len);
     free(first);
+    free(copy);
     return st;
 }

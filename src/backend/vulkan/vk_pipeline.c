@@ -261,8 +261,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             else if (!region_of)
                 st = MN_E_INVALID; /* a sum-of-squares tree without gradient regions */
             else
-                st = vk_codegen_multi_sumsq(k, p->g, id, region_of, first_grad, last_grad, &ops, p->plan, &b->c.caps,
-                                            err, cap);
+                st = vk_codegen_multi_sumsq(k, p->g, id, kr, region_of, first_grad, last_grad, &ops, p->plan,
+                                            &b->c.caps, err, cap);
             if (st) break;
             for (int j = 0; j < ops.n; j++) {
                 rt->opnd[j] = ops.first[j];

@@ -15,9 +15,11 @@
 //                 last block of a tensor is short)
 //   RED_MULTI     the multi-tensor sum of squares (vk_gen_multi.c): output o
 //                 is block o - first of a gradient of len elements from
-//                 element `at` of binding X<reg>, found by
-//                 mt_find(o, reg, at, len, first) (generated); the same
-//                 workgroup order as a sumsq over blocks, so the same bits
+//                 element `at` of binding X<reg>, or (copy) element
+//                 o - first of a tensor of partial sums there, found by
+//                 mt_find(o, reg, at, len, first, copy) (generated); the
+//                 same workgroup order as a sumsq over blocks, so the same
+//                 bits
 //
 // Sums are double-f32 (hi, lo) pairs built from error-free TwoSum steps, per
 // invocation and through the tree, so they match the CPU's double
@@ -182,7 +184,12 @@ void main() {
     float hi = 0.0, lo = 0.0;
 #ifdef RED_MULTI
     uint mreg, mat, mlen, mfirst;
-    mt_find(o, mreg, mat, mlen, mfirst);
+    bool mcopy;
+    mt_find(o, mreg, mat, mlen, mfirst, mcopy);
+    if (mcopy) { // a tensor of partial sums computed elsewhere: element o - first
+        if (t == 0u) Y(o) = mt_read(mreg, mat + o - mfirst);
+        return;
+    }
     uint b0 = (o - mfirst) * RLEN, lim = mlen - b0;
     for (uint l = t; l < RLEN; l += LOCAL_X) {
         float v = l < lim ? mt_read(mreg, mat + b0 + l) : 0.0;
