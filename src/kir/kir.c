@@ -32,8 +32,10 @@ bool kir_op_pointwise(op_id op) {
  * read may be moved past them. */
 static bool writes_in_place(op_id op) { return op_writes_any(op); }
 
-/* Gathers read their input at another index than their own. */
-static bool is_gather(op_id op) { return op_fuse_class(op) == FUSE_BCAST; }
+/* Gathers read their input at another index than their own: a permute's
+ * producers stay kernels of their own; a broadcast is numpy broadcasting,
+ * the rule members already follow, so its producers fold into it. */
+static bool gathers_at_other_index(op_id op) { return op_fuse_class(op) == FUSE_BCAST && op != OP_BROADCAST; }
 
 /* Pointwise, f32 in and out, rank <= 4 (the eltwise kernel's index space). */
 static bool fusible(const mn_graph *g, int32_t id) {
@@ -456,7 +458,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
     for (int32_t t = s->n - 1; o->fuse_pointwise && t >= 0; t--) {
         const int32_t c = s->order[t];
         const node *cn = &g->nodes[c];
-        if (!fusible(g, c) || is_gather(cn->op) || cn->nin > KIR_MAX_INPUTS) continue;
+        if (!fusible(g, c) || gathers_at_other_index(cn->op) || cn->nin > KIR_MAX_INPUTS) continue;
         const int32_t r = k->root[c];
         for (int i = 0; i < cn->nin; i++) {
             const int32_t m = cn->in[i];
