@@ -62,6 +62,7 @@ typedef struct group {
     int8_t next;
     int8_t members; /* the root included */
     bool matmul;    /* a matmul member: the kernel is that matmul with the rest as its epilogue */
+    bool reduce;    /* the root is a sum, mean or reduce_to whose input the members compute (a prologue) */
     bool costly;    /* a member (or the root) that is not cheap_in_epilogue */
 } group;
 
@@ -84,12 +85,25 @@ static bool cheap_in_epilogue(op_id op) {
  * matmul's output index) and the group has no matmul yet. */
 static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
     const node *n = &g->nodes[m], *r = &g->nodes[root];
-    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || gr->costly || n->dtype != MN_F32 || n->rank != r->rank) return false;
+    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || gr->reduce || gr->costly ||
+        n->dtype != MN_F32 || n->rank != r->rank)
+        return false;
     for (int i = 0; i < 2; i++)
         if (g->nodes[n->in[i]].dtype != MN_F32) return false;
     for (int d = 0; d < n->rank; d++)
         if (n->shape[d] != r->shape[d]) return false;
     return true;
+}
+
+/* A reduction whose input a pointwise chain may compute in its kernel (a
+ * prologue: reduce.glsl reads the chain's value where it would read x):
+ * the sums (sum, mean, reduce_to), f32, of a tensor in the eltwise index
+ * space. */
+static bool reduce_root(const mn_graph *g, int32_t id) {
+    const node *n = &g->nodes[id];
+    if (n->op != OP_SUM && n->op != OP_MEAN && n->op != OP_REDUCE_TO) return false;
+    const node *x = &g->nodes[n->in[0]];
+    return n->nin == 1 && n->dtype == MN_F32 && x->dtype == MN_F32 && x->rank <= 4;
 }
 
 static bool has(const group *gr, int32_t t) {
@@ -450,6 +464,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         gr[id].next = 0;
         gr[id].members = 1;
         gr[id].matmul = false;
+        gr[id].reduce = reduce_root(g, id);
         gr[id].costly = !cheap_in_epilogue(nd->op);
         for (int i = 0; i < nd->nin; i++)
             if (!has(&gr[id], nd->in[i]) && gr[id].next < KIR_MAX_INPUTS) gr[id].ext[gr[id].next++] = nd->in[i];
@@ -458,7 +473,8 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
     for (int32_t t = s->n - 1; o->fuse_pointwise && t >= 0; t--) {
         const int32_t c = s->order[t];
         const node *cn = &g->nodes[c];
-        if (!fusible(g, c) || gathers_at_other_index(cn->op) || cn->nin > KIR_MAX_INPUTS) continue;
+        const bool red = k->root[c] == c && reduce_root(g, c); /* a prologue's consumer */
+        if (!red && (!fusible(g, c) || gathers_at_other_index(cn->op) || cn->nin > KIR_MAX_INPUTS)) continue;
         const int32_t r = k->root[c];
         for (int i = 0; i < cn->nin; i++) {
             const int32_t m = cn->in[i];
@@ -468,7 +484,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             if (pos[m] < 0 || k->root[m] != m || !(mm || fusible(g, m))) continue;
             if (gr[r].matmul && !mm && !cheap_in_epilogue(mn->op)) continue;
             if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ)) continue;
-            if (nuse[m] != 1 || user[m] != c || !broadcasts_to(mn, cn)) continue;
+            if (nuse[m] != 1 || user[m] != c || (!red && !broadcasts_to(mn, cn))) continue;
             if (writers[pos[r]] != writers[pos[m] + 1]) continue; /* an in-place write between them */
             if (gr[r].members >= KIR_MAX_MEMBERS || !fold(&next, &gr[r], g, m)) continue;
             next.matmul = next.matmul || mm;
@@ -476,6 +492,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             gr[r] = next;
             k->root[m] = r;
             k->fused++;
+            if (gr[r].reduce) k->kind[r] = KIR_REDUCE;
         }
     }
     if (o->fuse_multi && (st = multi_pass(k, g, s, o, pos, nuse, user, writers))) goto done;
@@ -530,7 +547,7 @@ void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f) {
         if (!members) continue;
         const kir_kind kind = kir_kind_of(k, id);
         fprintf(f, "  kernel %%%d %s", id, op_table[g->nodes[id].op].name);
-        if (kind != KIR_SINGLE) { /* long: the first and last members */
+        if (kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ) { /* long: the first and last members */
             fprintf(f, " (multi-tensor, %d nodes): %%%d %s .. %%%d %s -> %%%d\n", members + 1, s->order[t - members],
                     op_table[g->nodes[s->order[t - members]].op].name, s->order[t - 1],
                     op_table[g->nodes[s->order[t - 1]].op].name, id);

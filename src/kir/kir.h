@@ -12,7 +12,10 @@
  * cheap for pointwise work, and no storage or dispatch). A matmul whose
  * only consumer is in such a group and whose shape is the root's joins it
  * too (one per group): the kernel is then the matmul with the group as its
- * epilogue, applied to each output element before the store.
+ * epilogue, applied to each output element before the store. A sum, mean
+ * or reduce_to takes the pointwise chain that computes its input the same
+ * way (a prologue, KIR_REDUCE): the reduction's kernel computes the chain's
+ * value wherever it would read its input.
  *
  * Multi-tensor kernels (fuse_multi): a run of consecutive optimizer updates
  * (sgd_update / adam_update with equal settings but for the learning-rate
@@ -59,6 +62,7 @@
 /* What the kernel rooted at a node is. */
 typedef enum kir_kind {
     KIR_SINGLE = 0,   /* the node alone, or a pointwise group (a matmul with its epilogue) */
+    KIR_REDUCE,       /* a sum, mean or reduce_to whose input its pointwise members compute */
     KIR_MULTI_UPDATE, /* optimizer updates of several parameters over parallel regions */
     KIR_MULTI_SUMSQ   /* a concat tree of gradients' block sums of squares */
 } kir_kind;

@@ -171,6 +171,19 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     return MN_OK;
 }
 
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap) {
+    const node *n = &g->nodes[id];
+    for (int i = -1; i < n->nin; i++) {
+        const node *t = i < 0 ? n : &g->nodes[n->in[i]];
+        if (node_numel(t) > vk_index_max(caps)) {
+            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): a tensor has more elements than 32-bit indexing allows",
+                   op_table[n->op].name, id);
+            return MN_E_UNSUPPORTED;
+        }
+    }
+    return gen_table[n->op](k, g, n, caps, err, cap);
+}
+
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap) {
     char shape[96];

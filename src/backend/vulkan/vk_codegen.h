@@ -142,10 +142,15 @@ void vk_float_literal(char *out, size_t cap, float v);
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
-/* One eltwise kernel for a fused group (kir.h): members[0..nm) (in order)
- * and root, computed per element of root's output in registers. Writes the
- * kernel's input tensors, in binding order, to ext (*next of them, at most
- * KIR_MAX_INPUTS). */
+/* Only node id's generator (vkgen_<op>), into k as it is: no buffer
+ * defines (a fused kernel's caller writes its own). */
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap);
+/* One kernel for a fused group (kir.h): members[0..nm) (in order) and
+ * root, computed per element of root's output in registers (the eltwise
+ * kernel, or a matmul member's kernel with the rest as its epilogue); for a
+ * reduction root (KIR_REDUCE) the reduction's kernel, the members computed
+ * at each input element it reads. Writes the kernel's input tensors, in
+ * binding order, to ext (*next of them, at most KIR_MAX_INPUTS). */
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
                            int32_t *ext, int *next, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
 /* A multi-tensor kernel's operand j: one tensor, or the range of a

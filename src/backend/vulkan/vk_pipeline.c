@@ -302,7 +302,7 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
         char label[64];
-        snprintf(label, sizeof label, "%s%s_%d", op_table[n->op].name, kind == KIR_SINGLE ? "" : "_multi", id);
+        snprintf(label, sizeof label, "%s%s_%d", op_table[n->op].name, kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ ? "_multi" : "", id);
         /* one descriptor per binding, or per page of a paged vkb_operand (the
          * source names the page counts: one source, one layout); a layout
          * with a paged operand leaves the bindings past the node's inputs

@@ -11,6 +11,7 @@
 //                 0: one workgroup per output element, tree reduction in
 //                    shared memory (LOCAL_X is a power of two)
 //   NOUT, RLEN, RLEN_F, BASE(o), ROFF(l)
+//   RED_PROLOGUE  a pointwise chain computes x (red_in; sum, mean, reduce_to)
 //   RED_LIMIT     sumsq over blocks: elements at or past it read as 0 (the
 //                 last block of a tensor is short)
 //   RED_MULTI     the multi-tensor sum of squares (vk_gen_multi.c): output o
@@ -64,6 +65,19 @@ float mt_read(uint r, uint i) {
 }
 #endif
 
+// The input: x, or the value of a fused pointwise chain at that element
+// (RED_PROLOGUE, vk_gen_fused.c: the members' lines, RED_PROLOGUE_OUT the
+// last one).
+#ifdef RED_PROLOGUE
+float red_in(uint i) {
+    RED_PROLOGUE(i)
+    return RED_PROLOGUE_OUT;
+}
+#define RED_X0(i) red_in(uint(i))
+#else
+#define RED_X0(i) X0(i)
+#endif
+
 // Element l of slice o, as summed (squared for sumsq / mse).
 float red_term(uint o, uint l) {
 #if RED_OP == RED_MSE
@@ -77,7 +91,7 @@ float red_term(uint o, uint l) {
     float v = X0(ix);
     return v * v;
 #else
-    return X0(BASE(o) + ROFF(l));
+    return RED_X0(BASE(o) + ROFF(l));
 #endif
 }
 
