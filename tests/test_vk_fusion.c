@@ -7,8 +7,10 @@
  * producers and consumers), a conv + batch-norm + residual block (the
  * composite batch norm is mostly pointwise), an MLP whose matmuls take their
  * bias, relu and residual add as epilogues (also against
- * MEGANEURA_FUSION=pointwise), and a graph whose intermediate values are
- * outputs (never folded: the user reads them).
+ * MEGANEURA_FUSION=pointwise), a graph whose intermediate values are
+ * outputs (never folded: the user reads them), and sums and means of
+ * pointwise chains (the reductions compute them) with a broadcast of a
+ * scaled sum (the broadcast takes the scale).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -433,6 +435,94 @@ static void test_outputs_not_folded(mn_device *dev) {
 
 /* A MEGANEURA_FUSION value it does not know is a clear session error, on
  * every backend (a typo must not silently measure the wrong thing). */
+/* ---- reductions of pointwise chains; broadcasts of them ---------------------- */
+
+enum { RA = 3, RB = 5, RC = 7, RD = 2, RN = RA * RB * RC * RD };
+
+typedef struct red_run {
+    float a[RA * RC * RD], b, s[RN];
+    int kernels, folded;
+    char *dump;
+} red_run;
+
+/* a = sum over axis 1 of x * y + c (y, c broadcast), b = mean of exp(x) /
+ * 2 over everything, s = x + broadcast(2 * sum over axis 3 of tanh(x) - y). */
+static bool red_run_once(red_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    const int64_t xs[4] = {RA, RB, RC, RD}, ys[3] = {RB, 1, RD}, cs[2] = {RC, 1};
+    mn_tensor x, y, c, t, a, e, b, u, v, w, q, out;
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 4, xs);
+    if (!st) st = mn_graph_input(g, &y, "y", MN_F32, 3, ys);
+    if (!st) st = mn_graph_input(g, &c, "c", MN_F32, 2, cs);
+    if (!st) st = mn_mul(g, &t, x, y);
+    if (!st) st = mn_add(g, &t, t, c);
+    if (!st) st = mn_sum(g, &a, t, 1, false);
+    if (!st) st = mn_exp(g, &e, x);
+    if (!st) st = mn_scale(g, &e, e, 0.5f);
+    if (!st) st = mn_mean(g, &b, e, MN_ALL_AXES, false);
+    if (!st) st = mn_tanh(g, &u, x);
+    if (!st) st = mn_sub(g, &u, u, y);
+    if (!st) st = mn_sum(g, &v, u, 3, true);
+    if (!st) st = mn_scale(g, &w, v, 2.0f);
+    if (!st) st = mn_broadcast_to(g, &q, w, 4, xs);
+    if (!st) st = mn_add(g, &out, x, q);
+    if (!st) st = mn_graph_output(g, a, "a");
+    if (!st) st = mn_graph_output(g, b, "b");
+    if (!st) st = mn_graph_output(g, out, "s");
+    CHECK_OK(st, mn_graph_error(g));
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        float xv[RN], yv[RB * RD], cv[RC];
+        for (int i = 0; i < RN; i++) xv[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+        for (int i = 0; i < RB * RD; i++) yv[i] = (float)(i % 4) / 3.0f - 0.5f;
+        for (int i = 0; i < RC; i++) cv[i] = (float)i / RC;
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "y", yv, sizeof yv) == MN_OK &&
+             mn_session_set_input(s, "c", cv, sizeof cv) == MN_OK && mn_session_run(s) == MN_OK &&
+             mn_session_output(s, "a", r->a, sizeof r->a) == MN_OK && mn_session_output(s, "b", &r->b, sizeof r->b) == MN_OK &&
+             mn_session_output(s, "s", r->s, sizeof r->s) == MN_OK;
+        CHECK_MSG(ok, "reductions graph: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+        size_t len = 0;
+        FILE *f = open_memstream(&r->dump, &len);
+        if (f) {
+            mn_session_dump(s, "kernels", f);
+            fclose(f);
+        }
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+/* The reductions compute their input chains (kir KIR_REDUCE) and the
+ * broadcast its producer: 4 kernels (sum, mean, sum, add), the bits of the
+ * unfused kernels, a CPU match. */
+static void test_reduce_prologues(mn_device *dev) {
+    static red_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(red_run_once(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(red_run_once(&fused, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(red_run_once(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(red_run, kernels)) == 0, "reductions differ fused/unfused");
+    CHECK(lu_rel_l2(fused.a, cpu.a, RA * RC * RD) <= 1e-6);
+    CHECK_NEAR(fused.b, cpu.b, 1e-6 * fabs(cpu.b));
+    CHECK(lu_rel_l2(fused.s, cpu.s, RN) <= 1e-6);
+    CHECK_MSG(fused.kernels == 4 && plain.kernels == 12, "reductions: %d kernels fused, %d unfused", fused.kernels,
+              plain.kernels);
+    const char *d = fused.dump ? fused.dump : "";
+    CHECK_MSG(strstr(d, " mul ") && strstr(d, " add -> ") && strstr(d, " sum:") && strstr(d, " mean:") &&
+              strstr(d, " broadcast "), "kernels dump:\n%s", d);
+    printf("reductions: %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
+    free(cpu.dump);
+    free(fused.dump);
+    free(plain.dump);
+}
+
 static void test_bad_fusion_env(void) {
     mn_graph *g = NULL;
     if (mn_graph_create(&g) != MN_OK) return;
@@ -470,6 +560,7 @@ int main(void) {
         test_mlp_epilogues(dev);
         test_swiglu_epilogue(dev);
         test_outputs_not_folded(dev);
+        test_reduce_prologues(dev);
         mn_device_close(dev);
     }
     return th_finish("test_vk_fusion");
