@@ -10,7 +10,8 @@
  * MEGANEURA_FUSION=pointwise), a graph whose intermediate values are
  * outputs (never folded: the user reads them), and sums and means of
  * pointwise chains (the reductions compute them) with a broadcast of a
- * scaled sum (the broadcast takes the scale).
+ * scaled sum (the broadcast takes the scale), and inference batch norm +
+ * relu as the epilogue of a direct and of an implicit-GEMM convolution.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -523,6 +524,75 @@ static void test_reduce_prologues(mn_device *dev) {
     free(plain.dump);
 }
 
+/* ---- inference batch norm as a convolution's epilogue ------------------------ */
+
+enum { EN = 2, EC = 8, EH = 12, EO1 = 4, EO2 = 32 };
+
+typedef struct cepi_run {
+    float y1[EN * EO1 * EH * EH], y2[EN * EO2 * EH * EH];
+    int kernels, folded;
+} cepi_run;
+
+/* conv (no bias, as in ResNets) + batch norm (running statistics) + relu
+ * twice: 4 output channels (the direct kernel, conv2d.glsl) and 32 (an
+ * implicit GEMM, matmul.glsl); the eps scalars are literals, so each group
+ * binds x, w, mean, var, weight and bias: the six inputs. */
+static bool cepi_run_once(cepi_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    mn_tensor x, y[2];
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 4, (int64_t[]){EN, EC, EH, EH});
+    for (int l = 0; l < 2 && !st; l++) {
+        const int64_t co = l ? EO2 : EO1;
+        char nm[5][16];
+        mn_tensor w, rm, rv, gw, gb, c;
+        for (int i = 0; i < 5; i++) snprintf(nm[i], sizeof nm[i], "l%d.%c", l, "wbmvg"[i]);
+        mn_init u = {MN_INIT_UNIFORM, -0.3f, 0.3f}, pos = {MN_INIT_UNIFORM, 0.5f, 2.0f};
+        st = mn_graph_param(g, &w, nm[0], 4, (int64_t[]){co, EC, 3, 3}, u);
+        if (!st) st = mn_graph_param(g, &rm, nm[2], 1, (int64_t[]){co}, u);
+        if (!st) st = mn_graph_param(g, &rv, nm[3], 1, (int64_t[]){co}, pos);
+        if (!st) st = mn_graph_param(g, &gw, nm[4], 1, (int64_t[]){co}, pos);
+        if (!st) st = mn_graph_param(g, &gb, l ? "l1.h" : "l0.h", 1, (int64_t[]){co}, u);
+        mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
+        if (!st) st = mn_conv2d(g, &c, x, w, MN_NONE, &p);
+        if (!st) st = mn_batch_norm2d(g, &c, c, gw, gb, rm, rv, 0.1f, 1e-5f, false);
+        if (!st) st = mn_relu(g, &y[l], c);
+        if (!st) st = mn_graph_output(g, y[l], l ? "y2" : "y1");
+    }
+    CHECK_OK(st, mn_graph_error(g));
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        static float xv[EN * EC * EH * EH];
+        for (int i = 0; i < EN * EC * EH * EH; i++) xv[i] = (float)((i * 29) % 31) / 15.0f - 1.0f;
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_run(s) == MN_OK &&
+             mn_session_output(s, "y1", r->y1, sizeof r->y1) == MN_OK &&
+             mn_session_output(s, "y2", r->y2, sizeof r->y2) == MN_OK;
+        CHECK_MSG(ok, "conv epilogues: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_conv_epilogues(mn_device *dev) {
+    static cepi_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(cepi_run_once(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(cepi_run_once(&fused, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(cepi_run_once(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(cepi_run, kernels)) == 0, "conv epilogues differ fused/unfused");
+    CHECK(lu_rel_l2(fused.y1, cpu.y1, sizeof cpu.y1 / sizeof *cpu.y1) <= 1e-5);
+    CHECK(lu_rel_l2(fused.y2, cpu.y2, sizeof cpu.y2 / sizeof *cpu.y2) <= 1e-5);
+    CHECK_MSG(fused.kernels == 2 && plain.kernels == 16, "conv epilogues: %d kernels fused, %d unfused", fused.kernels,
+              plain.kernels);
+    printf("conv + batch norm + relu (inference): %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
+}
+
 static void test_bad_fusion_env(void) {
     mn_graph *g = NULL;
     if (mn_graph_create(&g) != MN_OK) return;
@@ -561,6 +631,7 @@ int main(void) {
         test_swiglu_epilogue(dev);
         test_outputs_not_folded(dev);
         test_reduce_prologues(dev);
+        test_conv_epilogues(dev);
         mn_device_close(dev);
     }
     return th_finish("test_vk_fusion");

@@ -74,21 +74,24 @@ static bool cheap_in_epilogue(op_id op) {
     switch (op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_NEG: case OP_RELU: case OP_STOP_GRAD:
     case OP_BROADCAST:
+    case OP_RSQRT: /* a sqrt and a division: inference batch norm's scale as a convolution's epilogue */
         return true;
     default:
         return false;
     }
 }
 
-/* A matmul may join a pointwise group as its producer when it has the
- * root's shape exactly (the epilogue runs once per output element, at the
- * matmul's output index) and the group has no matmul yet. */
+/* A matmul or convolution (forward, input gradient) may join a pointwise
+ * group as its producer when it has the root's shape exactly (the epilogue
+ * runs once per output element, at the product's output index) and the
+ * group has no such member yet. */
 static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
     const node *n = &g->nodes[m], *r = &g->nodes[root];
-    if (op_fuse_class(n->op) != FUSE_MATMUL || n->op != OP_MATMUL || gr->matmul || gr->reduce || gr->costly ||
-        n->dtype != MN_F32 || n->rank != r->rank)
+    const bool op = n->op == OP_MATMUL || n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_INPUT;
+    if (op_fuse_class(n->op) != FUSE_MATMUL || !op || gr->matmul || gr->reduce || gr->costly || n->dtype != MN_F32 ||
+        n->rank != r->rank)
         return false;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < n->nin; i++)
         if (g->nodes[n->in[i]].dtype != MN_F32) return false;
     for (int d = 0; d < n->rank; d++)
         if (n->shape[d] != r->shape[d]) return false;
@@ -112,6 +115,13 @@ static bool has(const group *gr, int32_t t) {
     return false;
 }
 
+/* A scalar constant (mn_graph_scalar: an eps): a pointwise member reads it
+ * as a literal, so it takes no binding (kir_literal_input). */
+bool kir_literal_input(const mn_graph *g, int32_t id) {
+    const node *n = &g->nodes[id];
+    return n->op == OP_CONST && n->dtype == MN_F32 && n->data && node_numel(n) == 1;
+}
+
 /* The group of root r as it would be with m folded in; false if it would
  * bind too many tensors. */
 static bool fold(group *out, const group *gr, const mn_graph *g, int32_t m) {
@@ -121,8 +131,9 @@ static bool fold(group *out, const group *gr, const mn_graph *g, int32_t m) {
         if (t.ext[i] != m) t.ext[w++] = t.ext[i];
     t.next = (int8_t)w;
     const node *n = &g->nodes[m];
+    const bool pointwise = kir_op_pointwise(n->op); /* a product binds all of its operands */
     for (int i = 0; i < n->nin; i++) {
-        if (has(&t, n->in[i])) continue;
+        if (has(&t, n->in[i]) || (pointwise && kir_literal_input(g, n->in[i]))) continue;
         if (t.next == KIR_MAX_INPUTS) return false;
         t.ext[t.next++] = n->in[i];
     }
@@ -467,7 +478,9 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         gr[id].reduce = reduce_root(g, id);
         gr[id].costly = !cheap_in_epilogue(nd->op);
         for (int i = 0; i < nd->nin; i++)
-            if (!has(&gr[id], nd->in[i]) && gr[id].next < KIR_MAX_INPUTS) gr[id].ext[gr[id].next++] = nd->in[i];
+            if (!has(&gr[id], nd->in[i]) && gr[id].next < KIR_MAX_INPUTS &&
+                !(kir_op_pointwise(nd->op) && kir_literal_input(g, nd->in[i])))
+                gr[id].ext[gr[id].next++] = nd->in[i];
     }
     /* consumers before producers: a node's group is final when its inputs are visited */
     for (int32_t t = s->n - 1; o->fuse_pointwise && t >= 0; t--) {

@@ -116,6 +116,9 @@ mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, si
  * BCAST gathers, broadcast and permute (whose input then stays a kernel
  * input); ops.def's fuse column. */
 bool kir_op_pointwise(op_id op);
+/* A scalar f32 constant, which the members of a fused pointwise group read
+ * as a literal (no binding). */
+bool kir_literal_input(const mn_graph *g, int32_t id);
 /* MEGANEURA_DUMP=kernels: one line per multi-node kernel. */
 void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f);
 

@@ -101,6 +101,10 @@ static mn_status member_body(vk_kernel *k, vk_kernel *scratch, const mn_graph *g
                 snprintf(opnd[s], sizeof opnd[s], "v%d", from);
                 continue;
             }
+            if (kir_literal_input(g, src)) { /* a scalar constant: its exact value, no binding */
+                vk_float_literal(opnd[s], sizeof opnd[s], g->nodes[src].data[0]);
+                continue;
+            }
             int b = -1;
             for (int q = 0; q < *next; q++)
                 if (ext[q] == src) b = q;
@@ -211,22 +215,24 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
      * the group its epilogue, MM_EPILOGUE(i, acc) at output element i */
     int mmj = -1;
     for (int j = 0; j < nm; j++)
-        if (g->nodes[ids[j]].op == OP_MATMUL) mmj = j;
-    if (mmj >= 0) {
+        if (op_fuse_class(g->nodes[ids[j]].op) == FUSE_MATMUL) mmj = j;
+    if (mmj >= 0) { /* matmul.glsl (GEMMs, convolutions as implicit GEMMs) or a direct convolution */
         const node *mn = &g->nodes[ids[mmj]];
         if ((st = vk_codegen_node(scratch, g, ids[mmj], NULL, caps, err, cap))) goto out;
-        if (!scratch->tmpl || strcmp(scratch->tmpl, "matmul") != 0 || node_numel(mn) != node_numel(rn)) {
-            st = ffail(g, root, err, cap, "a matmul member that is not a GEMM of the root's shape");
+        const bool hook = scratch->tmpl && (!strcmp(scratch->tmpl, "matmul") || !strcmp(scratch->tmpl, "conv2d") ||
+                                            !strcmp(scratch->tmpl, "conv2d_bwd_input"));
+        if (!hook || node_numel(mn) != node_numel(rn) || mn->nin > KIR_MAX_INPUTS) {
+            st = ffail(g, root, err, cap, "a product member without an epilogue of the root's shape");
             goto out;
         }
         memcpy(k, scratch, sizeof *k);
         k->expr[0] = 0;
-        ext[0] = mn->in[0], ext[1] = mn->in[1];
-        *next = 2;
+        for (int i = 0; i < mn->nin; i++) ext[i] = mn->in[i];
+        *next = mn->nin;
     }
     st = member_body(k, scratch, g, root, ids, nm + 1, mmj, ext, next, body, &bl, caps, err, cap);
     if (!st) {
-        const int first = mmj >= 0 ? 2 : 0; /* the matmul defined its own operands */
+        const int first = mmj >= 0 ? g->nodes[ids[mmj]].nin : 0; /* the product defined its own operands */
         if (mmj < 0) {
             vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(rn));
             vk_def(k, "NIN", "%d", *next);
