@@ -3,16 +3,19 @@
  * Between the schedule (which nodes run, in which order) and the memory plan
  * and code generation. A kernel is a group of nodes computed by one
  * dispatch: its root (the node whose value the kernel stores) and the
- * members folded into it, whose values live only in registers. Today's pass
- * fuses pointwise chains: an elementwise node (or a broadcast / permute
- * gather of an input) whose one consumer is in the same group and whose
- * shape broadcasts to the consumer's is computed inside the root's kernel,
- * for each element of the root, at the index its consumer reads (a member
+ * members folded into it, whose values live only in registers. The first
+ * pass fuses pointwise chains: an elementwise node (or a broadcast / permute
+ * gather of an input) whose one consumer is in the same group (an
+ * elementwise node or a broadcast, not a permute) and whose shape
+ * broadcasts to the consumer's is computed inside the root's kernel, for
+ * each element of the root, at the index its consumer reads (a member
  * broadcast along a dimension is computed again for each element along it:
- * cheap for pointwise work, and no storage or dispatch). A matmul whose
- * only consumer is in such a group and whose shape is the root's joins it
- * too (one per group): the kernel is then the matmul with the group as its
- * epilogue, applied to each output element before the store. A sum, mean
+ * cheap for pointwise work, and no storage or dispatch; a scalar constant
+ * is a literal, no kernel input). A matmul, conv2d or conv2d_bwd_input
+ * whose only consumer is in such a group and whose shape is the root's
+ * joins it too (one per group): the kernel is then the product with the
+ * group as its epilogue, applied to each output element before the store
+ * (only cheap ops: cheap_in_epilogue). A sum, mean
  * or reduce_to takes the pointwise chain that computes its input the same
  * way (a prologue, KIR_REDUCE): the reduction's kernel computes the chain's
  * value wherever it would read its input.
