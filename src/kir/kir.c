@@ -81,14 +81,23 @@ static bool cheap_in_epilogue(op_id op) {
     }
 }
 
-/* A matmul or convolution (forward, input gradient) may join a pointwise
- * group as its producer when it has the root's shape exactly (the epilogue
- * runs once per output element, at the product's output index) and the
- * group has no such member yet. */
+bool kir_epilogue_producer(op_id op) {
+    switch (op) {
+    case OP_MATMUL: case OP_CONV2D: case OP_CONV2D_BWD_INPUT:
+    case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM: case OP_LAYER_NORM_BWD:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A matmul, convolution or row normalisation (kir_epilogue_producer) may
+ * join a pointwise group as its producer when it has the root's shape
+ * exactly (the epilogue runs once per output element, at the producer's
+ * output index) and the group has no such member yet. */
 static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const group *gr) {
     const node *n = &g->nodes[m], *r = &g->nodes[root];
-    const bool op = n->op == OP_MATMUL || n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_INPUT;
-    if (op_fuse_class(n->op) != FUSE_MATMUL || !op || gr->matmul || gr->reduce || gr->costly || n->dtype != MN_F32 ||
+    if (!kir_epilogue_producer(n->op) || gr->matmul || gr->reduce || gr->costly || n->dtype != MN_F32 ||
         n->rank != r->rank)
         return false;
     for (int i = 0; i < n->nin; i++)

@@ -11,11 +11,12 @@
  * each element of the root, at the index its consumer reads (a member
  * broadcast along a dimension is computed again for each element along it:
  * cheap for pointwise work, and no storage or dispatch; a scalar constant
- * is a literal, no kernel input). A matmul, conv2d or conv2d_bwd_input
- * whose only consumer is in such a group and whose shape is the root's
- * joins it too (one per group): the kernel is then the product with the
- * group as its epilogue, applied to each output element before the store
- * (only cheap ops: cheap_in_epilogue). A sum, mean
+ * is a literal, no kernel input). A matmul, conv2d, conv2d_bwd_input or row
+ * normalisation (kir_epilogue_producer) whose only consumer is in such a
+ * group and whose shape is the root's joins it too (one per group): the
+ * kernel is then the producer's with the group as its epilogue, applied to
+ * each output element before the store (only cheap ops: cheap_in_epilogue).
+ * A sum, mean
  * or reduce_to takes the pointwise chain that computes its input the same
  * way (a prologue, KIR_REDUCE): the reduction's kernel computes the chain's
  * value wherever it would read its input.
@@ -119,6 +120,9 @@ mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, si
  * BCAST gathers, broadcast and permute (whose input then stays a kernel
  * input); ops.def's fuse column. */
 bool kir_op_pointwise(op_id op);
+/* The ops whose kernels run a fused group as their epilogue (MM_EPILOGUE):
+ * matmul, conv2d, conv2d_bwd_input, the row normalisations and their dx. */
+bool kir_epilogue_producer(op_id op);
 /* A scalar f32 constant, which the members of a fused pointwise group read
  * as a literal (no binding). */
 bool kir_literal_input(const mn_graph *g, int32_t id);

@@ -215,12 +215,12 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
      * the group its epilogue, MM_EPILOGUE(i, acc) at output element i */
     int mmj = -1;
     for (int j = 0; j < nm; j++)
-        if (op_fuse_class(g->nodes[ids[j]].op) == FUSE_MATMUL) mmj = j;
-    if (mmj >= 0) { /* matmul.glsl (GEMMs, convolutions as implicit GEMMs) or a direct convolution */
+        if (kir_epilogue_producer(g->nodes[ids[j]].op)) mmj = j;
+    if (mmj >= 0) { /* matmul.glsl (GEMMs, convolutions as implicit GEMMs), a direct convolution, norm.glsl */
         const node *mn = &g->nodes[ids[mmj]];
         if ((st = vk_codegen_node(scratch, g, ids[mmj], NULL, caps, err, cap))) goto out;
         const bool hook = scratch->tmpl && (!strcmp(scratch->tmpl, "matmul") || !strcmp(scratch->tmpl, "conv2d") ||
-                                            !strcmp(scratch->tmpl, "conv2d_bwd_input"));
+                                            !strcmp(scratch->tmpl, "conv2d_bwd_input") || !strcmp(scratch->tmpl, "norm"));
         if (!hook || node_numel(mn) != node_numel(rn) || mn->nin > KIR_MAX_INPUTS) {
             st = ffail(g, root, err, cap, "a product member without an epilogue of the root's shape");
             goto out;
