@@ -289,7 +289,6 @@ int main(void) {
      * b3, gain] two regions; the sums of squares of the six in two trees */
     setenv("MEGANEURA_VK_MAX_ALLOCATION", "16384", 1);
     compare(g, &cfgs[2], "16 KiB", 3);
-    compare(g, &cfgs[0], "16 KiB", 3);
     unsetenv("MEGANEURA_VK_MAX_ALLOCATION");
     checkpoint(g, &cfgs[3]);
     mn_graph_destroy(g);
