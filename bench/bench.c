@@ -18,8 +18,14 @@
  * --gemm-shape M,N,K (repeatable): those products instead. The tile is the
  * generator's choice unless MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn forces one
  * (reported as "tile").
+ * --only resnet50 (or resnet50_b1, resnet50_b32): torchvision's ResNet-50
+ *   at 224 x 224 (resnet50.h), SGD lr 1e-3 momentum 0.9, batch 1 / 32;
+ *   never part of the default run (minutes on a CPU).
+ * Every workload reports the dispatches of its training step and of its
+ * forward run (train_kernels, infer_kernels: the kernel plan's count).
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <meganeura.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +135,22 @@ static void time_it(mn_session *s, bool train, int warmup, int runs, const float
 
 static const char *backend_name(mn_backend_kind b) { return b == MN_BACKEND_VULKAN ? "vulkan" : "cpu"; }
 
+/* Dispatching kernels of a session's step (training) or run (the first
+ * line of the kernels dump). */
+static long kernels(const mn_session *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    long n = -1;
+    FILE *f = open_memstream(&buf, &len);
+    if (f && mn_session_dump(s, "kernels", f) == MN_OK) {
+        fflush(f);
+        if (!buf || sscanf(buf, "kernels: %ld", &n) != 1) n = -1;
+    }
+    if (f) fclose(f);
+    free(buf);
+    return n;
+}
+
 /* One device per workload, shared by its sessions (cold, warm, inference).
  * MEGANEURA_BENCH_PRIVATE_DEVICE=1: every session opens its own instead.
  * (Sessions of a second model on a device that already ran another model's
@@ -168,8 +190,9 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     mn_session_memory(s, &peak, &sum);
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
            "\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,"
-           "\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin, peak, sum);
+           "\"train_kernels\":%ld,\"infer_kernels\":%ld,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
+           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin,
+           kernels(s), kernels(si), peak, sum);
     fflush(stdout);
     mn_session_destroy(s);
     mn_session_destroy(si);
@@ -181,6 +204,46 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", dir);
     mn_graph_destroy(g);
+    free(x);
+    free(lab);
+}
+
+#include "resnet50.h"
+
+/* ResNet-50 at 224 x 224: build, train steps and forward runs. */
+static void bench_resnet(int batch, mn_backend_kind be, int warmup, int runs) {
+    char name[32];
+    snprintf(name, sizeof name, "resnet50_b%d", batch);
+    double dev_ms = open_device(be);
+    mn_graph *gt = NULL, *gi = NULL;
+    if (mn_graph_create(&gt) || mn_graph_create(&gi)) die("graph", "out of memory");
+    if (resnet50_build(gt, batch, 224, 1000, true)) die("resnet50 (training graph)", mn_graph_error(gt));
+    if (resnet50_build(gi, batch, 224, 1000, false)) die("resnet50 (inference graph)", mn_graph_error(gi));
+    const size_t xn = (size_t)batch * 3 * 224 * 224;
+    float *x = malloc(xn * sizeof *x);
+    int32_t *lab = malloc((size_t)batch * sizeof *lab);
+    if (!x || !lab) die("resnet50", "out of memory");
+    for (size_t i = 0; i < xn; i++) x[i] = (float)((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
+    for (int i = 0; i < batch; i++) lab[i] = (i * 379) % 1000;
+    double bt, bi;
+    mn_session *s = open_session(gt, be, MN_MODE_TRAINING, MN_OPTIM_SGD, &bt);
+    mn_session *si = open_session(gi, be, MN_MODE_INFERENCE, MN_OPTIM_SGD, &bi);
+    double tmed, tmin, imed, imin;
+    time_it(s, true, warmup, runs, x, xn * 4, lab, (size_t)batch * 4, &tmed, &tmin);
+    time_it(si, false, warmup, runs, x, xn * 4, lab, (size_t)batch * 4, &imed, &imin);
+    size_t peak = 0, sum = 0;
+    mn_session_memory(s, &peak, &sum);
+    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_train_ms\":%.2f,"
+           "\"build_infer_ms\":%.2f,\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,"
+           "\"infer_ms_min\":%.4f,\"train_kernels\":%ld,\"infer_kernels\":%ld,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
+           name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, bt, bi, tmed, tmin, imed, imin, kernels(s),
+           kernels(si), peak, sum);
+    fflush(stdout);
+    mn_session_destroy(s);
+    mn_session_destroy(si);
+    mn_device_close(g_device);
+    mn_graph_destroy(gt);
+    mn_graph_destroy(gi);
     free(x);
     free(lab);
 }
@@ -292,6 +355,12 @@ int main(int argc, char **argv) {
     } else {
         for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
             if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        static const int rn_batch[2] = {1, 32};
+        for (int i = 0; i < 2; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "resnet50_b%d", rn_batch[i]);
+            if (only && strstr(name, only)) bench_resnet(rn_batch[i], be, warmup, runs);
+        }
     }
     return 0;
 }

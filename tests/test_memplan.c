@@ -314,7 +314,7 @@ static void check_chunked(const mn_session *s, unsigned seed) {
     for (int k = 0; k < 5; k++) {
         memplan mp;
         char err[512] = "";
-        memplan_options mo = {4, true, k == 2 ? tight * 2 : k == 3 ? 64 : k == 4 ? 96 : tight, NULL};
+        memplan_options mo = {4, true, k == 2 ? tight * 2 : k == 3 ? 64 : k == 4 ? 96 : tight, NULL, NULL, 0};
         if (k == 1) mo.reuse = false;
         if (k >= 3 && most <= 64) break;
         if (k >= 3) paged_plans++;

@@ -123,7 +123,7 @@ static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *wh
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     char err[512] = "";
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
     CHECK_OK(st, err);
@@ -308,7 +308,7 @@ static void build_reduce(mn_graph *g) {
             }
         }
         add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}});
-        if (r >= 2) add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}, .ip = {1}});
+        add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}, .ip = {4}}); /* blocks of 4, the last short */
     }
     /* the 2-D grid with one workgroup per output: 70000 long slices */
     mn_tensor x = in_f(g, 2, SH(70000, 33)), y;
@@ -527,7 +527,7 @@ static mn_status gen_one(vk_kernel *k, const mn_graph *g, int32_t id, const vk_c
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, cap);
     if (st) return st;
     st = vk_codegen_node(k, g, id, &mp, caps, err, cap);
@@ -614,7 +614,7 @@ static void compile_big(const mn_graph *g, const vk_caps *caps, const char *what
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, true, (uint64_t)1 << 31, NULL};
+    memplan_options mo = {4, true, (uint64_t)1 << 31, NULL, NULL, 0};
     char err[512] = "";
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
     CHECK_OK(st, err);

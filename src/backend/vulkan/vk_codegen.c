@@ -169,10 +169,15 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
+void vk_kernel_clear(vk_kernel *k) {
+    free(k->code);
+    memset(k, 0, sizeof *k);
+}
+
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
     const node *n = &g->nodes[id];
-    memset(k, 0, sizeof *k);
+    memset(k, 0, sizeof *k); /* k->code of an earlier kernel is its owner's to free (vk_kernel_clear) */
     /* 32-bit index arithmetic unless an operand has more than index_max
      * elements (the one check of that limit) */
     int32_t opnd[1 + NODE_MAX_IN] = {id};
@@ -201,6 +206,13 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     return MN_OK;
 }
 
+/* The generator alone: the caller set k's index width (vk_index_width) for
+ * the whole kernel (a fused group's). */
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap) {
+    const node *n = &g->nodes[id];
+    return gen_table[n->op](k, g, n, caps, err, cap);
+}
+
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap) {
     char shape[96];
@@ -227,7 +239,8 @@ char *vk_codegen_source(const vk_kernel *k) {
     char head[160];
     snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
              k->local[1], k->local[2]);
-    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(body) + sizeof VK_INT64_EXT + 64;
+    const char *code = k->code ? k->code : "";
+    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(code) + strlen(body) + sizeof VK_INT64_EXT + 64;
     char *s = malloc(n);
     if (!s) return NULL;
     /* #version must come first: it is cut out of the preamble and put first,
@@ -244,6 +257,6 @@ char *vk_codegen_source(const vk_kernel *k) {
     /* 64-bit literals in the defines need the extension before them */
     if (k->idx64) at += (size_t)snprintf(s + at, n - at, "%s", VK_INT64_EXT);
     at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
-    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s", ver_end + 1, math, body);
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s%s", ver_end + 1, math, code, body);
     return s;
 }

@@ -118,7 +118,15 @@ typedef struct vk_kernel {
     bool overflow;      /* defines did not fit: an error at vk_codegen_node's end */
     bool idx64;         /* 64-bit indexing (MN_IDX64): an operand exceeds vk_caps.index_max */
     char expr[512];     /* eltwise kernels: EXPR(a, b, c)'s text (fused kernels reuse it) */
+    /* GLSL placed right before the template (multi-tensor kernels' search
+     * functions), malloc'ed by vk_codegen_multi_*; NULL for other kernels.
+     * Generators zero k first: its owner frees code before that
+     * (vk_kernel_clear). */
+    char *code;
 } vk_kernel;
+
+/* Frees k->code and zeroes k. */
+void vk_kernel_clear(vk_kernel *k);
 
 /* Appends "#define NAME VALUE\n" (printf-style value). */
 void vk_def(vk_kernel *k, const char *name, const char *fmt, ...) MN_PRINTF(3, 4);
@@ -169,12 +177,48 @@ void vk_float_literal(char *out, size_t cap, float v);
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
-/* One eltwise kernel for a fused group (kir.h): members[0..nm) (in order)
- * and root, computed per element of root's output in registers. Writes the
- * kernel's input tensors, in binding order, to ext (*next of them, at most
- * KIR_MAX_INPUTS). */
+/* Only node id's generator (vkgen_<op>), into k as it is: no buffer
+ * defines (a fused kernel's caller writes its own). */
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap);
+/* One kernel for a fused group (kir.h): members[0..nm) (in order) and
+ * root, computed per element of root's output in registers (the eltwise
+ * kernel, or a matmul member's kernel with the rest as its epilogue); for a
+ * reduction root (KIR_REDUCE) the reduction's kernel, the members computed
+ * at each input element it reads. Writes the kernel's input tensors, in
+ * binding order, to ext (*next of them, at most KIR_MAX_INPUTS). */
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
                            int32_t *ext, int *next, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* A multi-tensor kernel's operand j: one tensor, or the range of a
+ * parallel region from first's storage to last's end (memplan_parallel). */
+typedef struct vk_operands {
+    int32_t first[1 + NODE_MAX_IN], last[1 + NODE_MAX_IN]; /* last == first: one tensor */
+    int n;
+    uint8_t written; /* bit j: operand j >= 1 is written in place too */
+} vk_operands;
+/* The kernel of a multi-update group (kir.h): members[0..nm) and root,
+ * consecutive updates whose parameters, gradients and state lie in parallel
+ * regions of the plan. */
+mn_status vk_codegen_multi_update(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int32_t nm,
+                                  vk_operands *ops, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* The kernel of a multi sum-of-squares tree rooted at concat root (its
+ * members: kernel_root[i] == root): region_of[r] gives, for a gradient's
+ * storage r, its multi-update group (-1: none), first_grad / last_grad
+ * [group] the group's gradient region; inputs of the tree that are not
+ * members are copied into their place. */
+mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *kernel_root,
+                                 const int32_t *region_of,
+                                 const int32_t *first_grad, const int32_t *last_grad, vk_operands *ops,
+                                 const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* The per-update defines of optim.glsl for update n (multi: without the
+ * learning-rate multiplier and weight decay, which the table gives). */
+mn_status vk_update_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool multi, char *err,
+                         size_t cap);
+/* The workgroup size of a sumsq over blocks of `block` elements, and its
+ * reduce.glsl defines (NOUT outputs, one workgroup each). */
+uint32_t vk_sumsq_local(const vk_caps *caps, int64_t block);
+mn_status vk_sumsq_block_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int64_t block,
+                              uint64_t nout, char *err, size_t cap);
+
 /* <op>_PAGES / <op>_SHIFT for the operands opnd[0] (the output) and
  * opnd[1..nopnd) (the inputs, in binding order) that span several chunks
  * (memplan_pages), and the check that their descriptors fit the device. */

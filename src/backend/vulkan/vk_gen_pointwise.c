@@ -375,10 +375,40 @@ mn_status vkgen_max_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk
     red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_MAXBWD", false, &r, err, cap);
 }
+uint32_t vk_sumsq_local(const vk_caps *caps, int64_t block) {
+    return pick_local_upto(caps, (uint64_t)(block > 0 ? block : 1), 256);
+}
+
+mn_status vk_sumsq_block_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int64_t block,
+                              uint64_t nout, char *err, size_t cap) {
+    const uint32_t local = vk_sumsq_local(caps, block);
+    const uint64_t iters = red_iterations(block, local, 1);
+    if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
+    k->tmpl = "reduce";
+    vk_def(k, "RED_OP", "RED_SUMSQ");
+    vk_def(k, "RED_MEAN", "0");
+    vk_def(k, "RED_SERIAL", "0");
+    vk_def(k, "NOUT", "%lluu", (unsigned long long)nout);
+    vk_def(k, "RLEN", "%lluu", (unsigned long long)block);
+    vk_def(k, "RLEN_F", "%s", flit_of((float)block).s);
+    vk_launch_1d(k, caps, nout * local, local); /* one workgroup per block */
+    return MN_OK;
+}
+
 mn_status vkgen_sumsq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     const node *x = in_node(g, n, 0);
-    red_geom r = red_axis(x, sumsq_rows(n) ? x->rank - 1 : MN_ALL_AXES);
-    return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
+    if (sumsq_block(n) <= 0) {
+        red_geom r = red_axis(x, MN_ALL_AXES);
+        return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
+    }
+    /* blocks of B consecutive elements, the last one cut at the tensor's end;
+     * always a workgroup per block, the multi-tensor kernel's very order
+     * (vk_gen_multi.c), so the two give the same bits */
+    const int64_t b = sumsq_block(n);
+    vk_def(k, "BASE(o)", "((o) * %lluu)", (unsigned long long)b);
+    vk_def(k, "ROFF(l)", "(l)");
+    vk_def(k, "RED_LIMIT", "%lluu", (unsigned long long)node_numel(x));
+    return vk_sumsq_block_defs(k, g, n, caps, b, (uint64_t)node_numel(n), err, cap);
 }
 /* mean((a - b)^2) over all elements (a and b have the same count). */
 mn_status vkgen_mse(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
@@ -549,8 +579,10 @@ mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n
 /* The float parameters the CPU kernel rounds to f32, as literals. */
 static void def_f32(vk_kernel *k, const char *name, float v) { vk_def(k, name, "%s", flit_of(v).s); }
 
-static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool adam,
-                            char *err, size_t cap) {
+mn_status vk_update_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool multi, char *err,
+                         size_t cap) {
+    (void)caps;
+    const bool adam = n->op == OP_ADAM_UPDATE;
     const int hyper = adam ? 4 : 3; /* input index of hyper; clip follows it */
     if (n->nin < hyper + 1) return fail(g, n, MN_E_INVALID, err, cap, "missing hyper input");
     k->tmpl = "optim";
@@ -562,9 +594,11 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
     if (n->nin > hyper + 1 && a.gated) vk_def(k, "SKIP", "X%d(1)", hyper + 1); /* a step_gate */
     else vk_def(k, "SKIP", "0.0");
     const float wd = (float)a.weight_decay;
-    def_f32(k, "LR_MULT", (float)a.lr_mult);
-    def_f32(k, "WD", wd);
-    vk_def(k, "HAS_WD", "%d", wd != 0.0f);
+    if (!multi) { /* else a table entry per tensor (vk_gen_multi.c) */
+        def_f32(k, "LR_MULT", (float)a.lr_mult);
+        def_f32(k, "WD", wd);
+        vk_def(k, "HAS_WD", "%d", wd != 0.0f);
+    }
     if (adam) {
         const float b1 = (float)a.beta1, b2 = (float)a.beta2;
         const float omb1 = 1.0f - b1, omb2 = 1.0f - b2; /* f32 like the CPU's (real)1 - b1 */
@@ -580,17 +614,23 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
         vk_def(k, "HAS_MOM", "%d", mom != 0.0f);
         vk_def(k, "NESTEROV", "%d", a.variant);
     }
-    vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
     return MN_OK;
+}
+
+static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                            size_t cap) {
+    mn_status s = vk_update_defs(k, g, n, caps, false, err, cap);
+    if (!s) vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
+    return s;
 }
 
 mn_status vkgen_sgd_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                            size_t cap) {
-    return gen_update(k, g, n, caps, false, err, cap);
+    return gen_update(k, g, n, caps, err, cap);
 }
 mn_status vkgen_adam_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                             size_t cap) {
-    return gen_update(k, g, n, caps, true, err, cap);
+    return gen_update(k, g, n, caps, err, cap);
 }
 
 mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,

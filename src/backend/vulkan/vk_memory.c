@@ -299,6 +299,22 @@ operand_span vkb_operand(const vkb *b, int32_t id) {
     return o;
 }
 
+/* Operand j of a dispatch: its tensor, or for a range (a parallel region
+ * of a multi-tensor kernel) the binding from the first tensor's start to
+ * the last one's end; the plan keeps a region inside one chunk. */
+operand_span vkb_operand_of(const vkb *b, const node_rt *rt, int j) {
+    operand_span o = vkb_operand(b, rt->opnd[j]);
+    if (!(rt->ranged & (1u << j)) || !o.live) return o;
+    const mp_slot *z = &b->p->plan->slots[rt->opnd_last[j]];
+    const uint32_t k = b->chunk ? (uint32_t)(o.at / b->chunk) : 0;
+    const VkDeviceSize end = z->offset + z->bytes, size = chunk_size(b, (int)o.buf, k);
+    MN_ASSERT(z->arena == (int8_t)o.buf && end >= o.at && (!b->chunk || end <= (VkDeviceSize)(k + 1) * b->chunk));
+    o.range = (end - o.at + 3) / 4 * 4;
+    if (o.offset + o.range > size) o.range = size - o.offset;
+    o.span = o.range;
+    return o;
+}
+
 /* Page j of paged tensor id: chunk k0 + j of its arena from its start, the
  * tensor's bytes in it. */
 VkDescriptorBufferInfo vkb_page_info(const vkb *b, int32_t id, uint32_t j) {

@@ -33,5 +33,9 @@ void main() {
             }
         }
     }
+#ifdef MM_EPILOGUE
+    MM_EPILOGUE(i, s) // a fused group's members (vk_gen_fused.c)
+#else
     Y(i) = s;
+#endif
 }

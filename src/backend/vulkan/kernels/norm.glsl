@@ -99,7 +99,11 @@ void main() {
     if (!live) return;
     for (IDX j = lane; j < NM_D; j += NM_S) {
         float g = NM_G(j, X1(base + j)), xh = (X0(base + j) - mean) * rstd;
+#ifdef MM_EPILOGUE
+        MM_EPILOGUE(base + j, rstd * (g - s.x - xh * s.y)) // a fused group's members (vk_gen_fused.c)
+#else
         Y(base + j) = rstd * (g - s.x - xh * s.y);
+#endif
     }
 #else
     if (!live) return;
@@ -111,7 +115,11 @@ void main() {
 #if NM_HAS_B
         v += NM_B(j);
 #endif
+#ifdef MM_EPILOGUE
+        MM_EPILOGUE(base + j, v) // a fused group's members (vk_gen_fused.c)
+#else
         Y(base + j) = v;
+#endif
     }
 #endif
 }

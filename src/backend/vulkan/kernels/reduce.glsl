@@ -11,6 +11,16 @@
 //                 0: one workgroup per output element, tree reduction in
 //                    shared memory (LOCAL_X is a power of two)
 //   NOUT, RLEN, RLEN_F, BASE(o), ROFF(l)
+//   RED_PROLOGUE  a pointwise chain computes x (red_in; sum, mean, reduce_to)
+//   RED_LIMIT     sumsq over blocks: elements at or past it read as 0 (the
+//                 last block of a tensor is short)
+//   RED_MULTI     the multi-tensor sum of squares (vk_gen_multi.c): output o
+//                 is block o - first of a gradient of len elements from
+//                 element `at` of binding X<reg>, or (copy) element
+//                 o - first of a tensor of partial sums there, found by
+//                 mt_find(o, reg, at, len, first, copy) (generated); the
+//                 same workgroup order as a sumsq over blocks, so the same
+//                 bits
 //
 // Sums are double-f32 (hi, lo) pairs built from error-free TwoSum steps, per
 // invocation and through the tree, so they match the CPU's double
@@ -33,16 +43,55 @@
 // "v beats best": larger, or the first NaN (which then stays).
 bool mn_beats(float v, float best) { return isnan(best) ? false : (isnan(v) || v > best); }
 
+#ifdef RED_MULTI
+// Element i of binding X<r> (r is the same in the whole workgroup).
+float mt_read(uint r, uint i) {
+#ifdef X1_ACCESS
+    if (r == 1u) return X1(i);
+#endif
+#ifdef X2_ACCESS
+    if (r == 2u) return X2(i);
+#endif
+#ifdef X3_ACCESS
+    if (r == 3u) return X3(i);
+#endif
+#ifdef X4_ACCESS
+    if (r == 4u) return X4(i);
+#endif
+#ifdef X5_ACCESS
+    if (r == 5u) return X5(i);
+#endif
+    return X0(i);
+}
+#endif
+
+// The input: x, or the value of a fused pointwise chain at that element
+// (RED_PROLOGUE, vk_gen_fused.c: the members' lines, RED_PROLOGUE_OUT the
+// last one).
+#ifdef RED_PROLOGUE
+float red_in(IDX i) {
+    RED_PROLOGUE(i)
+    return RED_PROLOGUE_OUT;
+}
+#define RED_X0(i) red_in(IDX(i))
+#else
+#define RED_X0(i) X0(i)
+#endif
+
 // Element l of slice o, as summed (squared for sumsq / mse).
 float red_term(IDX o, IDX l) {
 #if RED_OP == RED_MSE
     float d = X0(l) - X1(l);
     return d * d;
 #elif RED_OP == RED_SUMSQ
-    float v = X0(BASE(o) + ROFF(l));
+    IDX ix = BASE(o) + ROFF(l);
+#ifdef RED_LIMIT
+    if (ix >= RED_LIMIT) return 0.0;
+#endif
+    float v = X0(ix);
     return v * v;
 #else
-    return X0(BASE(o) + ROFF(l));
+    return RED_X0(BASE(o) + ROFF(l));
 #endif
 }
 
@@ -147,7 +196,22 @@ void main() {
     arg = sh_i[0];
 #else
     float hi = 0.0, lo = 0.0;
+#ifdef RED_MULTI // a multi-tensor kernel: always 32-bit (a region is one binding)
+    uint mreg, mat, mlen, mfirst;
+    bool mcopy;
+    mt_find(o, mreg, mat, mlen, mfirst, mcopy);
+    if (mcopy) { // a tensor of partial sums computed elsewhere: element o - first
+        if (t == 0u) Y(o) = mt_read(mreg, mat + o - mfirst);
+        return;
+    }
+    uint b0 = (o - mfirst) * RLEN, lim = mlen - b0;
+    for (uint l = t; l < RLEN; l += LOCAL_X) {
+        float v = l < lim ? mt_read(mreg, mat + b0 + l) : 0.0;
+        dd_add(hi, lo, v * v);
+    }
+#else
     for (IDX l = t; l < RLEN; l += LOCAL_X) dd_add(hi, lo, red_term(o, l));
+#endif
     sh_v[t] = hi;
     sh_lo[t] = lo;
     memoryBarrierShared();
