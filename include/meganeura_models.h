@@ -13,6 +13,12 @@
  * kept by the handle (mn_hf_checkpoint_error, mn_llama_error) or written to
  * an err buffer where there is no handle yet; every destroy accepts NULL.
  *
+ * Also: torchvision's ResNet (mn_resnet_*), a diffusion U-Net (mn_unet_*),
+ * the SmolVLA action expert (mn_vla_*) and Whisper (mn_whisper_*), built
+ * under one handle type (mn_model), with the image and audio front ends
+ * they need (PNG/JPEG decoding and ImageNet preprocessing, WAV reading and
+ * the log-mel spectrogram).
+ *
  * Does not: tokenize text (meganeura.h's mn_tokenizer_* does).
  */
 #ifndef MEGANEURA_MODELS_H
@@ -67,6 +73,9 @@ typedef struct mn_hf_load_options {
     /* NULL-terminated list of checkpoint names to skip silently; an entry
      * "*suffix" matches every name ending in suffix. May be NULL. */
     const char *const *ignore;
+    /* Check names, shapes and dtypes only; write nothing (the session may
+     * then be NULL). */
+    bool check_only;
 } mn_hf_load_options;
 
 /* Copies the n parameters from the checkpoint into the session (f32 under
@@ -332,6 +341,128 @@ mn_status mn_llama_generate(mn_llama *m, mn_session *s, const int32_t *prompt, i
 mn_status mn_llama_export(mn_llama *m, mn_session *s, const char *dir);
 /* config.json text for c (malloc'd, free() it); NULL when out of memory. */
 char *mn_llama_config_json(const mn_llama_config *c);
+
+
+/* ==== the other workloads: ResNet, diffusion U-Net, action expert, Whisper ==== */
+
+/* One handle type for the builders below (mn_resnet_create, ...): it keeps
+ * the parameter list under the checkpoint names (torchvision's, Hugging
+ * Face's, or the PyTorch modules' of tests/fixtures/gen_workloads.py), the
+ * error message, and what the model's helpers need. Destroy it before the
+ * graph it was built into is destroyed only if no helper is called after. */
+typedef struct mn_model mn_model;
+void mn_model_destroy(mn_model *m);
+/* Message of the last failed call on m ("" if none); may be long. */
+const char *mn_model_error(const mn_model *m);
+/* The parameters, in creation order; names live as long as m. */
+int mn_model_param_count(const mn_model *m);
+const mn_hf_param *mn_model_params(const mn_model *m);
+int64_t mn_model_numel(const mn_model *m);
+/* mn_hf_load with the model's parameters (and the model's own ignore list:
+ * a ResNet skips "*.num_batches_tracked"); a ResNet built with folded batch
+ * norms checks the checkpoint's unfolded tensors (conv weights, batch-norm
+ * weight, bias and running statistics) and folds them while loading. Errors
+ * are copied into mn_model_error. c may be a single safetensors file. */
+mn_status mn_model_load(mn_model *m, mn_session *s, mn_hf_checkpoint *c, const mn_hf_load_options *o);
+
+/* ---- ResNet (torchvision) --------------------------------------------------- */
+
+typedef enum mn_resnet_block {
+    MN_RESNET_BASIC = 0,     /* two 3x3 convs (ResNet-18/34), expansion 1 */
+    MN_RESNET_BOTTLENECK = 1 /* 1x1, 3x3 (stride here: v1.5), 1x1 (ResNet-50/101/152), expansion 4 */
+} mn_resnet_block;
+
+typedef struct mn_resnet_config {
+    mn_resnet_block block;
+    int layers[4];        /* blocks per stage, each >= 1: {2,2,2,2} for ResNet-18 */
+    int64_t width;        /* conv1's channels and layer1's planes (torchvision: 64); stage i has width << i planes */
+    int64_t num_classes;  /* fc outputs (1000) */
+    int64_t in_channels;  /* 3 */
+    float bn_eps;         /* 1e-5 */
+    float bn_momentum;    /* 0.1 (PyTorch's convention: new = (1 - m) old + m batch) */
+} mn_resnet_config;
+
+#define MN_RESNET_MAX_BLOCKS 64
+#define MN_RESNET_MAX_WIDTH 4096
+
+/* torchvision's resnet18/34/50/101/152 (1000 classes); other depths:
+ * MN_E_INVALID. */
+mn_status mn_resnet_config_preset(mn_resnet_config *out, int depth, char *err, size_t errcap);
+/* The architecture a torchvision state_dict holds: block type (conv3
+ * present), blocks per stage (the highest layerN.K), width (conv1.weight),
+ * classes (fc.weight), input channels. Refuses a checkpoint that is not a
+ * torchvision ResNet, naming the tensor. */
+mn_status mn_resnet_config_from_checkpoint(mn_resnet_config *out, const mn_hf_checkpoint *c, char *err,
+                                           size_t errcap);
+
+typedef enum mn_resnet_kind {
+    /* "pixels" f32 [B,C,H,W] and "labels" i32 [B] -> "logits" [B,classes]
+     * and the mean cross-entropy; batch norms in training mode (batch
+     * statistics; running statistics updated at each mn_session_step). */
+    MN_RESNET_TRAIN = 0,
+    /* "pixels" -> "logits"; batch norms use the running statistics
+     * (torchvision's model.eval()). */
+    MN_RESNET_EVAL = 1,
+    /* as EVAL, each batch norm folded into the convolution before it: the
+     * graph has convs with a bias ("<conv>.bias") and no batch norm;
+     * mn_model_load folds the checkpoint's statistics into them. */
+    MN_RESNET_FOLDED = 2
+} mn_resnet_kind;
+
+typedef struct mn_resnet_options {
+    mn_resnet_kind kind;
+    int64_t batch;          /* >= 1 */
+    int64_t height, width;  /* input images (224 x 224) */
+    bool (*freeze)(const char *name, void *user); /* as mn_llama_options */
+    void *freeze_user;
+} mn_resnet_options;
+/* TRAIN, batch 1, 224 x 224. */
+mn_resnet_options mn_resnet_default_options(void);
+
+/* Records torchvision's ResNet into g: conv1 (7x7, stride 2, pad 3), bn1,
+ * relu, maxpool (3x3, stride 2, pad 1), layer1..layer4 (the first block of
+ * layers 2-4 strides by 2 in its 3x3 conv, v1.5, with a downsample branch
+ * of a 1x1 conv and a batch norm, "layerN.0.downsample.0/1"), global average
+ * pooling, fc. Parameter names and layouts are torchvision's (conv weights
+ * [out,in,kh,kw], fc.weight [classes, features]); batch-norm running
+ * statistics are frozen parameters "<bn>.running_mean"/".running_var",
+ * saved in checkpoints under those names. Fresh values as torchvision's
+ * (kaiming normal, fan_out, for convs; batch norm 1 and 0; fc U(+-1/sqrt(in))).
+ * On failure *out is a dead handle whose mn_model_error says why. */
+mn_status mn_resnet_create(mn_model **out, mn_graph *g, const mn_resnet_config *c, const mn_resnet_options *o);
+
+/* ---- images (PNG, JPEG) and ImageNet preprocessing -------------------------- */
+
+/* 8-bit RGB pixels, row-major, [height][width][3]. */
+typedef struct mn_image {
+    int64_t width, height;
+    uint8_t *rgb; /* malloc'd; mn_image_free */
+} mn_image;
+
+/* Largest image decoded (width * height), and largest side. */
+#define MN_IMAGE_MAX_PIXELS ((int64_t)1 << 28)
+#define MN_IMAGE_MAX_SIDE 65500
+
+/* Decodes a PNG (libpng: gray, palette, alpha, 16 bits, interlaced; alpha
+ * dropped and 16-bit samples cut to their high byte, as PIL's convert("RGB")
+ * does) or a baseline/progressive JPEG (libjpeg-turbo, gray or YCbCr; CMYK
+ * refused) from memory, told apart by their signatures. Truncated or
+ * corrupt data, sizes over the limits and anything else are refused with a
+ * message in err naming what was wrong (warnings of the decoders count as
+ * errors: a truncated JPEG is not filled with grey). */
+mn_status mn_image_decode(mn_image *out, const void *data, size_t len, char *err, size_t errcap);
+/* The same from a regular file (at most 256 MiB). */
+mn_status mn_image_load(mn_image *out, const char *path, char *err, size_t errcap);
+void mn_image_free(mn_image *im);
+/* Bilinear resizing as PIL's Image.resize(BILINEAR) does it (a triangle
+ * filter widened by the scale when shrinking, so it antialiases; fixed-point
+ * coefficients; horizontal pass then vertical, each rounded to 8 bits). */
+mn_status mn_image_resize(mn_image *out, const mn_image *in, int64_t width, int64_t height);
+/* torchvision's ImageNet evaluation transform: Resize(resize) (the shorter
+ * side to resize, the longer one int(resize * long / short)), CenterCrop(crop),
+ * ToTensor, Normalize(mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)).
+ * out: f32 [3, crop, crop]. resize 256 and crop 224 are the usual values. */
+mn_status mn_imagenet_preprocess(float *out, const mn_image *im, int64_t resize, int64_t crop);
 
 #ifdef __cplusplus
 }
