@@ -480,7 +480,7 @@ static void check_loading(void) {
     write_folder(dir, NULL, t, n, 1);
     CHECK(load_dir(&b, s, dir, NULL, msg, sizeof msg) == MN_E_NOT_FOUND && strstr(msg, "'extra.scale'"));
     const char *ign[] = {"*.scale", NULL};
-    mn_hf_load_options lo = {false, false, ign};
+    mn_hf_load_options lo = {false, false, ign, false};
     CHECK_MSG(load_dir(&b, s, dir, &lo, msg, sizeof msg) == MN_OK, "%s", msg);
     free_weights(&w);
     mn_session_destroy(s);
