@@ -358,6 +358,9 @@ const char *mn_model_error(const mn_model *m);
 int mn_model_param_count(const mn_model *m);
 const mn_hf_param *mn_model_params(const mn_model *m);
 int64_t mn_model_numel(const mn_model *m);
+/* A named tensor of the model's graph: its inputs and outputs by their
+ * names ("pixels", "logits", "pred", ...) and "loss"; MN_NONE if none. */
+mn_tensor mn_model_tensor(const mn_model *m, const char *name);
 /* mn_hf_load with the model's parameters (and the model's own ignore list:
  * a ResNet skips "*.num_batches_tracked"); a ResNet built with folded batch
  * norms checks the checkpoint's unfolded tensors (conv weights, batch-norm
@@ -463,6 +466,94 @@ mn_status mn_image_resize(mn_image *out, const mn_image *in, int64_t width, int6
  * ToTensor, Normalize(mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)).
  * out: f32 [3, crop, crop]. resize 256 and crop 224 are the usual values. */
 mn_status mn_imagenet_preprocess(float *out, const mn_image *im, int64_t resize, int64_t crop);
+
+
+/* ---- diffusion U-Net ----------------------------------------------------------- */
+
+/* Two families from one builder (names as the PyTorch modules of
+ * tests/fixtures/gen_workloads.py, the paper's simplified U-Net being
+ * bench/torch_anchors.py's UNet):
+ * - simplified (mn_unet_config_simple): conv "cin", per level l a ResBlock
+ *   "enc.l" (GroupNorm, SiLU, 3x3 conv, GroupNorm, SiLU, 3x3 conv, a 1x1
+ *   "r" conv on the skip when the channels change) and, but for the last
+ *   level, a stride-2 3x3 conv "down.l"; a ResBlock "mid"; per level from
+ *   the lowest, nearest 2x upsampling when the sizes differ, concatenation
+ *   with the level's skip and a ResBlock "dec.i"; a 3x3 conv "out"; no conv
+ *   biases, no timestep.
+ * - conditioned (mn_unet_config_conditioned): the same with conv biases, a
+ *   sinusoidal timestep embedding computed in the graph (cos | sin of
+ *   t * 10000^(-i/half), half = base/2) through an MLP "time.0" (base ->
+ *   4 base), SiLU, "time.2" (4 base -> 4 base), added in every ResBlock
+ *   through "<block>.t" (SiLU then Linear to the block's channels) after its
+ *   first conv; and at the levels of attention_levels (and "mid_attn" when
+ *   the lowest level is one) a transformer block "enc_attn.l" / "dec_attn.i":
+ *   GroupNorm "norm", then over the H*W positions: LayerNorm "ln1" +
+ *   self-attention "attn1" (to_q/to_k/to_v without bias, to_out), LayerNorm
+ *   "ln2" + cross-attention "attn2" to the context (keys and values from
+ *   context_dim), LayerNorm "ln3" + feed-forward "ff.0" (4x, GELU) "ff.2",
+ *   each residual; the block's output is added to its input. */
+typedef struct mn_unet_config {
+    int64_t in_channels;       /* latent channels (4) */
+    int64_t base;              /* channels of level 0 (64); level l has base << l */
+    int levels;                /* 3 (multipliers 1, 2, 4) */
+    int groups;                /* GroupNorm groups (16) */
+    bool conv_bias;
+    bool time_embedding;
+    unsigned attention_levels; /* bit l: a transformer block after level l's ResBlocks */
+    int64_t context_dim;       /* cross-attention keys/values width (768); 0: self-attention only */
+    int64_t context_len;       /* context tokens (77) */
+    int64_t head_dim;          /* attention head width (32) */
+    float eps;                 /* GroupNorm and LayerNorm eps (1e-5) */
+} mn_unet_config;
+
+/* The paper's U-Net at base (64: 5.3M parameters as bench/torch_anchors.py's
+ * UNet(4, 64, 3, 16); GroupNorm groups 16, or
+ * 8 when base < 64, as bench/torch_anchors.py's tiny one). */
+mn_unet_config mn_unet_config_simple(int64_t base);
+/* The conditioned one: time embedding, attention at levels 1 and 2 (and the
+ * middle), context 77 x 768, head dim 32. */
+mn_unet_config mn_unet_config_conditioned(int64_t base);
+
+typedef enum mn_unet_kind {
+    /* "noisy" [B,C,H,W], "noise" [B,C,H,W] (the target), "timesteps" f32 [B]
+     * and "context" [B,L,Dc] when the config has them -> "pred" and the
+     * loss mean((pred - noise)^2) (noise prediction). */
+    MN_UNET_TRAIN = 0,
+    /* the same without "noise" and the loss: "pred", the predicted noise */
+    MN_UNET_INFER = 1
+} mn_unet_kind;
+
+typedef struct mn_unet_options {
+    mn_unet_kind kind;
+    int64_t batch;          /* 2 */
+    int64_t height, width;  /* 32 x 32; divisible by 2^(levels-1) */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_unet_options;
+mn_unet_options mn_unet_default_options(void);
+
+/* Records the U-Net into g; fresh parameters as PyTorch initialises them
+ * (convs and linears U(+-1/sqrt(fan_in)), norms 1 and 0). On failure *out
+ * is a dead handle whose mn_model_error says why. */
+mn_status mn_unet_create(mn_model **out, mn_graph *g, const mn_unet_config *c, const mn_unet_options *o);
+
+/* The noise schedule of Stable Diffusion ("scaled_linear": betas =
+ * linspace(sqrt(beta_start), sqrt(beta_end), T)^2; scaled false: linear in
+ * beta as DDPM) as the cumulative products of 1 - beta, in double. */
+mn_status mn_diffusion_schedule(double *alphas_cumprod, int64_t T, double beta_start, double beta_end, bool scaled);
+/* noisy = sqrt(ac[t_b]) x0 + sqrt(1 - ac[t_b]) noise, per sample b of
+ * per_sample values (computed in double, rounded once). */
+mn_status mn_diffusion_add_noise(float *noisy, const float *x0, const float *noise, const int32_t *t, int64_t batch,
+                                 int64_t per_sample, const double *alphas_cumprod, int64_t T);
+/* DDIM sampling (eta 0) with an MN_UNET_INFER model in s: timesteps
+ * t_i = i * (T / steps) for i = steps-1 .. 0; at each,
+ *   eps = unet(x, t_i), x0 = (x - sqrt(1 - a_t) eps) / sqrt(a_t),
+ *   x = sqrt(a_prev) x0 + sqrt(1 - a_prev) eps,
+ * a_prev = alphas_cumprod[t_i - T/steps], or 1 after the last step. x:
+ * [B,C,H,W], the starting noise in, the sample out; context [B,L,Dc] or
+ * NULL when the model has none. */
+mn_status mn_unet_ddim(mn_model *m, mn_session *s, float *x, int64_t steps, const float *context,
+                       const double *alphas_cumprod, int64_t T);
 
 #ifdef __cplusplus
 }

@@ -62,6 +62,18 @@ mn_status model_add_ignore(mn_model *m, const char *pattern) {
     return MN_OK;
 }
 
+void model_name(mn_model *m, const char *name, mn_tensor t) {
+    if (m->nnamed == (int)(sizeof m->named / sizeof m->named[0])) return;
+    snprintf(m->named[m->nnamed].name, sizeof m->named[0].name, "%s", name);
+    m->named[m->nnamed++].t = t;
+}
+
+mn_tensor mn_model_tensor(const mn_model *m, const char *name) {
+    for (int i = 0; m && name && i < m->nnamed; i++)
+        if (!strcmp(m->named[i].name, name)) return m->named[i].t;
+    return MN_NONE;
+}
+
 mn_status model_list_add(mn_model *m, mn_hf_param **list, int *n, int *cap, const char *name, int rank,
                          const int64_t *shape, mn_tensor t) {
     if (*n == *cap) {

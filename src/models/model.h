@@ -49,6 +49,12 @@ struct mn_model {
     /* checkpoint names skipped silently ("*suffix" patterns; owned) */
     char *ignore[8];
     int nignore;
+    /* named tensors of the graph (inputs, outputs, the loss) */
+    struct {
+        char name[32];
+        mn_tensor t;
+    } named[16];
+    int nnamed;
     /* the model's own state, freed by free_impl */
     void *impl;
     void (*free_impl)(void *impl);
@@ -60,6 +66,8 @@ void model_set_err(mn_model *m, const char *fmt, ...) HF_PRINTF(2, 3);
 /* MN_OK if m is a live model of kind k (else an error naming what); k 0: any. */
 mn_status model_check(mn_model *m, model_kind k, const char *what);
 mn_status model_add_ignore(mn_model *m, const char *pattern);
+/* Records t under name for mn_model_tensor (at most 16; longer names are cut). */
+void model_name(mn_model *m, const char *name, mn_tensor t);
 /* Appends to a parameter list (names copied). */
 mn_status model_list_add(mn_model *m, mn_hf_param **list, int *n, int *cap, const char *name, int rank,
                          const int64_t *shape, mn_tensor t);

@@ -241,10 +241,14 @@ static mn_status build(mn_model *m, resnet *r) {
         MB_TRY(src_add(m, "fc.bias", 1, MB_S(c->num_classes)));
     }
     MB_TRY(mb_ok(&b, mn_graph_output(b.g, logits, "logits")));
+    model_name(m, "pixels", x);
+    model_name(m, "logits", logits);
     if (o->kind == MN_RESNET_TRAIN) {
         mb_where(&b, "the loss");
         MB_TRY(mb_ok(&b, mn_cross_entropy(b.g, &loss, logits, labels)));
         MB_TRY(mb_ok(&b, mn_graph_loss(b.g, loss)));
+        model_name(m, "labels", labels);
+        model_name(m, "loss", loss);
     }
     return MN_OK;
 }
