@@ -555,6 +555,65 @@ mn_status mn_diffusion_add_noise(float *noisy, const float *x0, const float *noi
 mn_status mn_unet_ddim(mn_model *m, mn_session *s, float *x, int64_t steps, const float *context,
                        const double *alphas_cumprod, int64_t T);
 
+
+/* ---- SmolVLA action expert ------------------------------------------------------ */
+
+/* The action expert of SmolVLA (a Llama-style transformer over the action
+ * chunk; names as tests/fixtures/gen_workloads.py's module, after lerobot):
+ *   h = action_in_proj(x_t)                                  // (B*T, hidden)
+ *   e = [sin(tau w), cos(tau w)], w = 2 pi / period, period = min_period *
+ *       (max_period / min_period)^(i / (half - 1))           // (B, hidden)
+ *   h = action_time_mlp_out(silu(action_time_mlp_in([h, e])))
+ *   layer l: a = rms_norm(h) * input_layernorm;
+ *     even l: self-attention over the chunk (full mask, RoPE on q and k),
+ *             k, v = k_proj(a), v_proj(a);
+ *     odd l:  cross-attention to the VLM features [B, S, kv_dim], k, v =
+ *             k_proj(vlm), v_proj(vlm) (no RoPE);
+ *     q_proj to heads * head_dim, grouped-query attention, o_proj, residual;
+ *     SwiGLU MLP (gate_proj, up_proj, down_proj) after
+ *     post_attention_layernorm, residual
+ *   v = action_out_proj(rms_norm(h) * norm)                 // (B, T, action_dim)
+ * Flow matching: x_t = tau noise + (1 - tau) actions, target noise - actions. */
+typedef struct mn_vla_config {
+    int64_t hidden;          /* 720 */
+    int layers;              /* 16 */
+    int64_t heads, kv_heads; /* 15, 5 */
+    int64_t head_dim;        /* 64 */
+    int64_t ffn;             /* 2048 */
+    int64_t action_dim;      /* 32 */
+    int64_t chunk;           /* 50: actions per chunk */
+    int64_t vlm_len;         /* 16: VLM tokens */
+    int64_t kv_dim;          /* 320: width of the VLM features the cross layers read */
+    float rms_eps;           /* 1e-5 */
+    float rope_theta;        /* 10000 */
+    float min_period, max_period; /* 4e-3, 4.0 */
+} mn_vla_config;
+mn_vla_config mn_vla_config_smolvla(void);
+
+typedef enum mn_vla_kind {
+    /* "actions" [B,T,A], "noise" [B,T,A], "timesteps" f32 [B] (tau in
+     * [0,1]), "vlm" [B,S,kv_dim] -> "velocity" [B,T,A] and the flow-matching
+     * loss mean((velocity - (noise - actions))^2). */
+    MN_VLA_TRAIN = 0,
+    /* "x" [B,T,A] (x_tau), "timesteps", "vlm" -> "velocity". */
+    MN_VLA_INFER = 1
+} mn_vla_kind;
+
+typedef struct mn_vla_options {
+    mn_vla_kind kind;
+    int64_t batch; /* 1 */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_vla_options;
+mn_vla_options mn_vla_default_options(void);
+
+mn_status mn_vla_create(mn_model **out, mn_graph *g, const mn_vla_config *c, const mn_vla_options *o);
+/* Euler integration of the flow from tau = 1 (noise) to 0 with an
+ * MN_VLA_INFER model: steps steps of dt = -1/steps, x += dt * velocity(x,
+ * tau) (SmolVLA's sampler, 10 steps). x: [B,T,A], the noise in, the action
+ * chunk out; vlm [B,S,kv_dim]. */
+mn_status mn_vla_sample(mn_model *m, mn_session *s, float *x, int64_t steps, const float *vlm);
+
 #ifdef __cplusplus
 }
 #endif
