@@ -1,7 +1,8 @@
 /* test_image.c - PNG/JPEG decoding, PIL's bilinear resize and torchvision's
  * ImageNet transform against PIL (tests/fixtures/images, written by
  * tests/fixtures/gen_images.py), hostile images, and the image fuzzer's
- * corpus (tests/fuzz/corpus_image) replayed.
+ * corpus (tests/fuzz/corpus_image) replayed; with the torchvision output of
+ * gen_workloads.py (tests/fixtures/workloads/images), against it too.
  *
  * Checks: every fixture image decodes to exactly PIL's convert("RGB")
  * pixels; the transform (Resize S, CenterCrop C, ToTensor, Normalize) gives
@@ -20,6 +21,7 @@
 #include "models/image.h"
 
 static char fix[1024];
+static mn_safetensors *g_tv; /* torchvision's own transform (gen_workloads.py), when present */
 
 static void check_good(mn_safetensors *ref, const char *name) {
     char path[1200], err[512], key[256];
@@ -60,6 +62,13 @@ static void check_good(mn_safetensors *ref, const char *name) {
             }
         CHECK_MSG(bad == 0, "%s: Resize(%d) CenterCrop(%d): %zu of %zu values differ from torchvision's (max %g)", name,
                   S, C, bad, m, worst);
+        if (g_tv) {
+            CHECK_OK(mn_safetensors_read_f32(g_tv, key, want, m), mn_safetensors_error(g_tv));
+            bad = 0;
+            for (size_t i = 0; i < m; i++) bad += ours[i] != want[i];
+            CHECK_MSG(bad == 0, "%s: Resize(%d) CenterCrop(%d): %zu of %zu values differ from torchvision itself", name,
+                      S, C, bad, m);
+        }
         free(ours);
         free(want);
     }
@@ -112,10 +121,13 @@ int main(void) {
     snprintf(path, sizeof path, "%s/images/reference.safetensors", fix);
     mn_safetensors *ref = NULL;
     CHECK_OK(mn_safetensors_open(&ref, path, err, sizeof err), err);
+    snprintf(path, sizeof path, "%s/workloads/images/torchvision.safetensors", fix);
+    if (mn_safetensors_open(&g_tv, path, err, sizeof err) == MN_OK) printf("checking against %s too\n", path);
     static const char *good[] = {"rgb.png", "gray.png", "palette.png", "rgba.png", "rgb16.png",
                                  "interlaced.png", "q90.jpg", "progressive.jpg", "q95-444.jpg", "gray.jpg"};
     for (size_t i = 0; ref && i < sizeof good / sizeof good[0]; i++) check_good(ref, good[i]);
     mn_safetensors_close(ref);
+    mn_safetensors_close(g_tv);
 
     check_hostile("hostile-empty.png", "empty");
     check_hostile("hostile-sig-only.png", "truncated");
