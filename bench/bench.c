@@ -1,7 +1,13 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--only NAME]
- *                   [--nonfinite skip|apply|unchecked]
+ *                   [--nonfinite skip|apply|unchecked] [--models] [--list]
+ *
+ * --list names every workload, the model workloads of bench_models.c (the
+ * paper's five at its shapes and larger training batches: ResNet-50, the
+ * U-Nets, the SmolVLA action expert) included; --models runs those (the
+ * default runs the MLPs); --only NAME runs the workloads whose name holds
+ * NAME, of either kind.
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -24,6 +30,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bench_models.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -232,7 +240,7 @@ static void bench_gemm(mn_backend_kind be, int n) {
 int main(int argc, char **argv) {
     mn_backend_kind be = MN_BACKEND_VULKAN;
     int runs = 50, warmup = 10;
-    bool gemm = false;
+    bool gemm = false, models = false;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
@@ -244,6 +252,14 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemm")) {
             gemm = true;
+        } else if (!strcmp(argv[i], "--models")) {
+            models = true;
+        } else if (!strcmp(argv[i], "--list")) {
+            for (size_t k = 0; k < sizeof workloads / sizeof workloads[0]; k++)
+                printf("%-22s MLP %d-%d-%d%s, batch %d\n", workloads[k].name, workloads[k].dims[0], workloads[k].dims[1],
+                       workloads[k].dims[2], workloads[k].nlayers > 2 ? "-10" : "", workloads[k].batch);
+            bench_models_list(stdout);
+            return 0;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--nonfinite") && i + 1 < argc) {
@@ -257,7 +273,7 @@ int main(int argc, char **argv) {
             g_nonfinite = (mn_nonfinite)k;
         } else {
             fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--only NAME] "
-                    "[--nonfinite skip|apply|unchecked]\n", argv[0]);
+                    "[--nonfinite skip|apply|unchecked] [--models] [--list]\n", argv[0]);
             return 2;
         }
     }
@@ -270,8 +286,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i]);
     } else {
-        for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-            if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        if (!models || only)
+            for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+                if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        bench_models_run(only, models, be, warmup, runs, g_nonfinite);
     }
     return 0;
 }
