@@ -644,6 +644,88 @@ mn_status mn_whisper_log_mel(float *out, const float *pcm, int64_t n, int n_mels
 /* Its mel filter bank, [201 frequency bins][n_mels], Slaney scale and norm. */
 mn_status mn_whisper_mel_filters(double *filters, int n_mels);
 
+
+/* ---- Whisper (Hugging Face WhisperForConditionalGeneration) ----------------------- */
+
+/* What the builder needs from config.json (transformers' WhisperConfig
+ * keys). Refused naming the key: activation_function other than gelu,
+ * model_type other than whisper, wrong types, duplicated keys, sizes out of
+ * range, heads that do not divide d_model. */
+typedef struct mn_whisper_config {
+    int64_t d_model;                  /* 384 (tiny) */
+    int64_t encoder_layers, decoder_layers;     /* 4, 4 */
+    int64_t encoder_attention_heads, decoder_attention_heads; /* 6, 6 */
+    int64_t encoder_ffn_dim, decoder_ffn_dim;   /* 1536, 1536 */
+    int64_t num_mel_bins;             /* 80 */
+    int64_t max_source_positions;     /* 1500 (3000 frames / 2) */
+    int64_t max_target_positions;     /* 448 */
+    int64_t vocab_size;               /* 51865 */
+    bool scale_embedding;             /* false: token embeddings times sqrt(d_model) when true */
+    int64_t decoder_start_token_id;   /* 50258 */
+    int64_t eos_token_id;             /* 50257 */
+} mn_whisper_config;
+
+mn_status mn_whisper_config_parse(mn_whisper_config *out, const char *json, size_t len, char *err, size_t errcap);
+/* path: a folder holding config.json, or the file. */
+mn_status mn_whisper_config_load(mn_whisper_config *out, const char *path, char *err, size_t errcap);
+/* Whisper-tiny's configuration. */
+mn_whisper_config mn_whisper_config_tiny(void);
+
+typedef enum mn_whisper_kind {
+    /* "input_features" [B, mels, 2 S] -> "encoder_hidden" [B, S, d] and the
+     * paper's loss, the mean square of it (the encoder benchmark). */
+    MN_WHISPER_ENCODER = 0,
+    /* "input_features", "decoder_input_ids" i32 [B,T], "labels" i32 [B*T]
+     * (-100 ignored) -> "logits" [B*T, V] and the mean token cross-entropy
+     * (WhisperForConditionalGeneration's loss; labels are not shifted). */
+    MN_WHISPER_TRAIN = 1,
+    /* Transcription, batch 1, two branches over one set of weights: the
+     * encoder branch ("input_features", "cross_pos" i32 [1] = 0) writes each
+     * decoder layer's cross-attention keys and values into state tensors
+     * "cache.cross.L.k"/".v" (outputs "cross.L.k"/"cross.L.v"); the one-token
+     * decoder branch
+     * ("decoder_input_ids" [1,1], "pos" i32 [1]) appends to self-attention
+     * caches "cache.self.L.k"/".v" of max_target_positions rows and gives
+     * "logits" [1, V].
+     * mn_whisper_greedy runs each branch with mn_session_run_outputs. */
+    MN_WHISPER_DECODE = 2
+} mn_whisper_kind;
+
+typedef struct mn_whisper_options {
+    mn_whisper_kind kind;
+    int64_t batch;    /* ENCODER, TRAIN: >= 1; DECODE: 1 */
+    int64_t seq_len;  /* TRAIN: decoder tokens T <= max_target_positions */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_whisper_options;
+mn_whisper_options mn_whisper_default_options(void);
+
+/* Records Whisper into g under Hugging Face's names (model.encoder.conv1,
+ * ...layers.N.self_attn.q_proj (k_proj without bias), fc1, fc2, the layer
+ * norms, model.decoder.embed_tokens (also the output projection: proj_out
+ * is tied and skipped when loading), embed_positions; the encoder's
+ * sinusoidal embed_positions is a frozen parameter, as in transformers).
+ * Pre-norm layers, GELU (erf), attention scaled by head_dim^-0.5. */
+mn_status mn_whisper_create(mn_model **out, mn_graph *g, const mn_whisper_config *c, const mn_whisper_options *o);
+
+typedef struct mn_whisper_decode_options {
+    const int32_t *prompt; /* the first tokens: <|startoftranscript|> [<|en|> <|transcribe|>] <|notimestamps|> */
+    int n_prompt;
+    int64_t max_new;       /* new tokens at most (prompt + new <= max_target_positions) */
+    const int32_t *suppress;       /* ids never produced (generation_config's suppress_tokens); may be NULL */
+    int n_suppress;
+    const int32_t *begin_suppress; /* ids not produced first (begin_suppress_tokens) */
+    int n_begin_suppress;
+} mn_whisper_decode_options;
+
+/* Greedy decoding with an MN_WHISPER_DECODE model: runs the encoder branch
+ * on features [mels, 3000], feeds the prompt one token per run, then takes
+ * the highest logit (the lowest id on ties; suppressed ids excluded) until
+ * eos_token_id (not emitted) or max_new tokens. out: max_new ids, *n_out
+ * the count. */
+mn_status mn_whisper_greedy(mn_model *m, mn_session *s, const float *features, const mn_whisper_decode_options *o,
+                            int32_t *out, int64_t *n_out);
+
 #ifdef __cplusplus
 }
 #endif
