@@ -14,6 +14,7 @@
  *    the full teacher-forced forward pass at every position, on CPU and
  *    Vulkan; eos ends it; suppressed tokens never appear.
  */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/safetensors.h"
@@ -173,7 +174,43 @@ static void write_weights(const char *path, mn_session *s, const mn_model *m) {
     free(bufs), free(e);
 }
 
-int main(void) {
+/* `test_whisper --write-folder DIR`: a tiny random Whisper that takes real
+ * features (80 mels, 1500 positions) as a Hugging Face folder without the
+ * tokenizer (cli_transcribe.sh adds one): config.json and model.safetensors. */
+static int write_folder(const char *dir) {
+    static const char *cfg =
+        "{\"model_type\":\"whisper\",\"d_model\":16,\"encoder_layers\":1,\"decoder_layers\":1,"
+        "\"encoder_attention_heads\":2,\"decoder_attention_heads\":2,\"encoder_ffn_dim\":32,\"decoder_ffn_dim\":32,"
+        "\"num_mel_bins\":80,\"max_source_positions\":1500,\"max_target_positions\":40,\"vocab_size\":700,"
+        "\"decoder_start_token_id\":0,\"eos_token_id\":699,\"activation_function\":\"gelu\"}";
+    char path[1200], err[512];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return 1;
+    fputs(cfg, f);
+    fclose(f);
+    mn_whisper_config c;
+    if (mn_whisper_config_parse(&c, cfg, strlen(cfg), err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_model *m = NULL;
+    mn_whisper_options o = mn_whisper_default_options();
+    o.kind = MN_WHISPER_TRAIN;
+    o.seq_len = 4;
+    if (mn_whisper_create(&m, g, &c, &o)) return fprintf(stderr, "%s\n", mn_model_error(m)), 1;
+    mn_session *s = lu_session(g, MN_BACKEND_CPU, NULL, MN_MODE_INFERENCE, NULL);
+    if (!s) return 1;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_weights(path, s, m);
+    mn_session_destroy(s);
+    mn_model_destroy(m);
+    mn_graph_destroy(g);
+    return th_finish("test_whisper --write-folder");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--write-folder")) return write_folder(argv[2]);
     check_config();
     tiny x;
     tiny_build(&x, MN_WHISPER_TRAIN, 2, 6);

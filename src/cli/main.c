@@ -6,6 +6,7 @@
  *   meganeura generate --model DIR --prompt TEXT ...   cmd_lm.c
  *   meganeura eval mnist --checkpoint FILE [options]   cmd_mnist.c
  *   meganeura classify --model FILE IMAGE...     cmd_classify.c
+ *   meganeura transcribe --model DIR FILE.wav... cmd_transcribe.c
  *   meganeura inspect FILE.safetensors           cmd_inspect.c
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]   cmd_data.c
  *   meganeura devices                            cmd_devices.c
@@ -32,6 +33,7 @@
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
+#include "cli/cmd_transcribe.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -47,6 +49,7 @@ static void help_main(FILE *f) {
             "  generate        continue a prompt with a Hugging Face Llama-family model\n"
             "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
             "  classify        classify PNG/JPEG images with a torchvision ResNet\n"
+            "  transcribe      speech to text (WAV) with a Hugging Face Whisper model\n"
             "  inspect FILE    list the metadata and tensors of a safetensors file\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "  devices         list the Vulkan devices, their limits and extensions\n"
@@ -87,6 +90,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
     if (strcmp(cmd, "classify") == 0) return cmd_classify(argc - 1, argv + 1);
+    if (strcmp(cmd, "transcribe") == 0) return cmd_transcribe(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
