@@ -9,7 +9,7 @@
  * compiled) under the same names.
  *
  * Does not: check results (tests/test_workloads.c does), time SmolLM2
- * (meganeura_bench_lm does: `--list` says how).
+ * (meganeura_bench_lm does: `--list` says how), time decoding.
  */
 #include <meganeura_models.h>
 #include <stdio.h>
@@ -20,7 +20,7 @@
 
 #include "bench_models.h"
 
-typedef enum wkind { W_RESNET, W_UNET_SIMPLE, W_UNET_COND, W_VLA } wkind;
+typedef enum wkind { W_RESNET, W_UNET_SIMPLE, W_UNET_COND, W_VLA, W_WHISPER } wkind;
 
 typedef struct mworkload {
     const char *name;
@@ -38,6 +38,8 @@ static const mworkload models[] = {
     {"sd_unet_cond_b2", W_UNET_COND, 2, "the conditioned U-Net (time embedding, attention, 77x768 context), batch 2"},
     {"smolvla_chunk50_b1", W_VLA, 1, "SmolVLA action expert, chunk 50, VLM 16, batch 1; AdamW, flow matching"},
     {"smolvla_chunk50_b8", W_VLA, 8, "the same, batch 8"},
+    {"whisper_tiny_enc_b1", W_WHISPER, 1, "Whisper-tiny encoder, 80 x 3000, batch 1; Adam, mean square of the last hidden state"},
+    {"whisper_tiny_enc_b8", W_WHISPER, 8, "the same, batch 8"},
 };
 
 void bench_models_list(FILE *f) {
@@ -46,8 +48,6 @@ void bench_models_list(FILE *f) {
     fprintf(f, "%-22s %s\n", "smollm2_135m_b1_s128",
             "SmolLM2-135M, 1 x 128 tokens: meganeura_bench_lm train --config "
             "tests/fixtures/configs/smollm2-135m.json --batch 1 --seq 128");
-    fprintf(f, "%-22s %s\n", "whisper_tiny_enc_b1",
-            "Whisper-tiny encoder, 80 x 3000, batch 1: not built yet (the Whisper builder of issue 11 is pending)");
 }
 
 static double now_ms(void) {
@@ -122,6 +122,13 @@ static built build(const mworkload *w, bool train) {
             add_f32(&b, "timesteps", (size_t)B, 0, 999, 4);
             add_f32(&b, "context", (size_t)(B * 77 * 768), -1, 1, 5);
         }
+    } else if (w->kind == W_WHISPER) {
+        mn_whisper_config c = mn_whisper_config_tiny();
+        mn_whisper_options o = mn_whisper_default_options();
+        o.kind = MN_WHISPER_ENCODER;
+        o.batch = B;
+        st = mn_whisper_create(&b.m, b.g, &c, &o);
+        add_f32(&b, "input_features", (size_t)(B * 80 * 3000), -1, 1, 11);
     } else {
         mn_vla_config c = mn_vla_config_smolvla();
         mn_vla_options o = mn_vla_default_options();

@@ -115,7 +115,8 @@ def workloads(full):
     for b in (1, 8):
         W.append((f"smolvla_chunk50_b{b}", smolvla, lambda b=b: (torch.randn(b, 50, 32), torch.randn(b, 50, 32), torch.rand(b), torch.randn(b, 16, 320)),
                   flow_loss, "adamw", lambda m, a, n, t, v: m(n, t, v)))
-    W.append(("whisper_tiny_enc_b1", whisper_tiny_encoder, lambda: (torch.randn(1, 80, 3000),), lambda m, x: m(x).last_hidden_state.float().pow(2).mean(), "adam", one))
+    for b in (1, 8):
+        W.append((f"whisper_tiny_enc_b{b}", whisper_tiny_encoder, lambda b=b: (torch.randn(b, 80, 3000),), lambda m, x: m(x).last_hidden_state.float().pow(2).mean(), "adam", one))
     W.append(("smollm2_135m_b1_s128", smollm2, lambda: (torch.randint(0, 49152, (1, 128)),), lambda m, x: m(x, labels=x).loss, "adamw", one))
     W.append(("smollm2_135m_b8_s512", smollm2, lambda: (torch.randint(0, 49152, (8, 512)),), lambda m, x: m(x, labels=x).loss, "adamw", one))
     return W

@@ -313,6 +313,108 @@ static void check_vla(fixture *f, mn_device *dev) {
     }
 }
 
+/* The Whisper fixture (transformers): features of the espeak-ng speech, the
+ * training graph's logits, loss and gradients, greedy tokens. */
+static void check_whisper(const char *root, mn_device *dev) {
+    char dir[1200], path[1400], err[1024];
+    snprintf(dir, sizeof dir, "%s/whisper", root);
+    fixture f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.dir, sizeof f.dir, "%s", dir);
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    CHECK_OK(mn_safetensors_open(&f.ref, path, err, sizeof err), err);
+    CHECK_OK(mn_hf_checkpoint_open(&f.ck, dir, err, sizeof err), err);
+    mn_whisper_config c;
+    CHECK_OK(mn_whisper_config_load(&c, dir, err, sizeof err), err);
+    if (!f.ref || !f.ck) {
+        close_fixture(&f);
+        return;
+    }
+    /* the front end: ours from the WAV against WhisperFeatureExtractor's */
+    snprintf(path, sizeof path, "%s/../audio/speech.wav", root);
+    mn_audio a;
+    float *feat = malloc(80 * 3000 * sizeof *feat), *hf = malloc(80 * 3000 * sizeof *hf), floor_v = 0;
+    size_t n = 0;
+    float *first = ref_f32(&f, "features", &n);
+    CHECK_OK(mn_safetensors_read_f32(f.ref, "floor", &floor_v, 1), mn_safetensors_error(f.ref));
+    for (int m = 0; m < 80; m++)
+        for (int t = 0; t < 3000; t++) hf[m * 3000 + t] = t < 400 && first ? first[m * 400 + t] : floor_v;
+    if (mn_wav_load(&a, path, err, sizeof err) == MN_OK) {
+        CHECK_OK(mn_whisper_log_mel(feat, a.pcm, a.samples, 80), "log_mel");
+        const double e = lu_rel_l2(feat, hf, 80 * 3000);
+        printf("  log-mel of speech.wav vs WhisperFeatureExtractor: rel L2 %.2e\n", e);
+        CHECK_MSG(e <= TOL_FWD, "log-mel vs WhisperFeatureExtractor: rel L2 %.3g", e);
+        mn_audio_free(&a);
+    } else CHECK_MSG(0, "%s", err);
+    free(first);
+    /* training graph */
+    mn_safetensors_tensor t;
+    CHECK_OK(mn_safetensors_find(f.ref, "decoder_input_ids", &t), "decoder_input_ids");
+    mn_whisper_options o = mn_whisper_default_options();
+    o.kind = MN_WHISPER_TRAIN;
+    o.seq_len = t.shape[1];
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_model *m = NULL;
+    CHECK_OK(mn_whisper_create(&m, g, &c, &o), mn_model_error(m));
+    for (int b = 0; b < (dev ? 2 : 1); b++) {
+        const mn_backend_kind be = b ? MN_BACKEND_VULKAN : MN_BACKEND_CPU;
+        mn_session *s = mu_grad_session(g, be, dev, false);
+        if (!s) continue;
+        CHECK_OK(mn_model_load(m, s, f.ck, NULL), mn_model_error(m));
+        CHECK_OK(mn_session_set_input(s, "input_features", hf, 80 * 3000 * sizeof *hf), mn_session_error(s));
+        set_ref_input(&f, s, "decoder_input_ids", true);
+        set_ref_input(&f, s, "labels", true);
+        CHECK_OK(session_forward_backward(s), mn_session_error(s));
+        compare_output(&f, s, "logits", "logits", b ? "vulkan" : "cpu", TOL_FWD);
+        float loss = NAN, *want = ref_f32(&f, "loss", &n);
+        mn_session_loss(s, &loss);
+        if (want) CHECK_MSG(fabs((double)loss - want[0]) <= TOL_FWD * fabs((double)want[0]), "whisper loss %.9g vs %.9g", loss, want[0]);
+        free(want);
+        const mn_hf_param *p = mn_model_params(m);
+        double worst = 0;
+        for (int i = 0; i < mn_model_param_count(m); i++) {
+            const int32_t gid = session_grad_of(s, p[i].tensor);
+            if (gid == MN_NONE) continue; /* the frozen sinusoids */
+            char nm[300];
+            snprintf(nm, sizeof nm, "grad.%s", p[i].name);
+            float *r = ref_f32(&f, nm, &n), *v = malloc(mu_numel(&p[i]) * sizeof *v);
+            CHECK_OK(session_read_f32(s, gid, v, mu_numel(&p[i])), mn_session_error(s));
+            const double e = r ? lu_rel_l2(v, r, n) : INFINITY;
+            CHECK_MSG(e <= TOL_BWD, "whisper (%s): gradient of %s: rel L2 %.3g", b ? "vulkan" : "cpu", p[i].name, e);
+            if (e > worst) worst = e;
+            free(r), free(v);
+        }
+        printf("  %s: whisper loss %.9g, worst gradient rel L2 %.2e\n", b ? "vulkan" : "cpu", loss, worst);
+        mn_session_destroy(s);
+    }
+    mn_model_destroy(m);
+    mn_graph_destroy(g);
+    /* greedy decoding over the KV caches */
+    o.kind = MN_WHISPER_DECODE;
+    mn_graph_create(&g);
+    CHECK_OK(mn_whisper_create(&m, g, &c, &o), mn_model_error(m));
+    int32_t want[10], got[10];
+    CHECK_OK(mn_safetensors_read_i32(f.ref, "generated", want, 10), mn_safetensors_error(f.ref));
+    for (int b = 0; b < (dev ? 2 : 1); b++) {
+        mn_session *s = lu_session(g, b ? MN_BACKEND_VULKAN : MN_BACKEND_CPU, dev, MN_MODE_INFERENCE, NULL);
+        if (!s) continue;
+        CHECK_OK(mn_model_load(m, s, f.ck, NULL), mn_model_error(m));
+        const int32_t prompt[1] = {(int32_t)c.decoder_start_token_id};
+        mn_whisper_decode_options d = {prompt, 1, 10, NULL, 0, NULL, 0};
+        int64_t k = 0;
+        CHECK_OK(mn_whisper_greedy(m, s, hf, &d, got, &k), mn_model_error(m));
+        for (int64_t i = k; i < 10; i++) got[i] = -1;
+        CHECK_MSG(!memcmp(got, want, sizeof want), "whisper (%s): greedy tokens differ from transformers'",
+                  b ? "vulkan" : "cpu");
+        mn_session_destroy(s);
+    }
+    mn_model_destroy(m);
+    mn_graph_destroy(g);
+    free(feat), free(hf);
+    close_fixture(&f);
+}
+
 int main(void) {
     char root[1100];
     lu_fixtures(root, sizeof root);
@@ -336,6 +438,14 @@ int main(void) {
         }
         close_fixture(&f);
     }
+    char wd[1200];
+    snprintf(wd, sizeof wd, "%s/whisper", root);
+    if (stat(wd, &sb) == 0) {
+        printf("whisper\n");
+        check_whisper(root, dev);
+    } else
+        printf("whisper: no fixture yet (gen_workloads.py needs transformers; run it on the GPU machine and copy "
+               "OUT/whisper into %s)\n", root);
     mn_device_close(dev);
     return th_finish("test_workloads");
 }
