@@ -617,7 +617,7 @@ mn_status mn_vla_sample(mn_model *m, mn_session *s, float *x, int64_t steps, con
 
 /* ---- audio (WAV) and Whisper's log-mel front end ------------------------------- */
 
-/* Mono f32 samples in [-1, 1]. */
+/* Mono f32 samples, in [-1, 1) for integer formats (float files may exceed it). */
 typedef struct mn_audio {
     int64_t samples;
     int sample_rate;
