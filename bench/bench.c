@@ -1,7 +1,13 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--gemm-shape M,N,K]...
- *                   [--only NAME] [--nonfinite skip|apply|unchecked]
+ *                   [--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]
+ *
+ * --list names every workload, the model workloads of bench_models.c (the
+ * paper's five at its shapes and larger training batches: ResNet-50, the
+ * U-Nets, the SmolVLA action expert) included; --models runs those (the
+ * default runs the MLPs); --only NAME runs the workloads whose name holds
+ * NAME, of either kind.
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -18,9 +24,6 @@
  * --gemm-shape M,N,K (repeatable): those products instead. The tile is the
  * generator's choice unless MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn forces one
  * (reported as "tile").
- * --only resnet50 (or resnet50_b1, resnet50_b32): torchvision's ResNet-50
- *   at 224 x 224 (resnet50.h), SGD lr 1e-3 momentum 0.9, batch 1 / 32;
- *   never part of the default run (minutes on a CPU).
  * Every workload reports the dispatches of its training step and of its
  * forward run (train_kernels, infer_kernels: the kernel plan's count).
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
@@ -33,6 +36,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bench_models.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -208,46 +213,6 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     free(lab);
 }
 
-#include "resnet50.h"
-
-/* ResNet-50 at 224 x 224: build, train steps and forward runs. */
-static void bench_resnet(int batch, mn_backend_kind be, int warmup, int runs) {
-    char name[32];
-    snprintf(name, sizeof name, "resnet50_b%d", batch);
-    double dev_ms = open_device(be);
-    mn_graph *gt = NULL, *gi = NULL;
-    if (mn_graph_create(&gt) || mn_graph_create(&gi)) die("graph", "out of memory");
-    if (resnet50_build(gt, batch, 224, 1000, true)) die("resnet50 (training graph)", mn_graph_error(gt));
-    if (resnet50_build(gi, batch, 224, 1000, false)) die("resnet50 (inference graph)", mn_graph_error(gi));
-    const size_t xn = (size_t)batch * 3 * 224 * 224;
-    float *x = malloc(xn * sizeof *x);
-    int32_t *lab = malloc((size_t)batch * sizeof *lab);
-    if (!x || !lab) die("resnet50", "out of memory");
-    for (size_t i = 0; i < xn; i++) x[i] = (float)((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
-    for (int i = 0; i < batch; i++) lab[i] = (i * 379) % 1000;
-    double bt, bi;
-    mn_session *s = open_session(gt, be, MN_MODE_TRAINING, MN_OPTIM_SGD, &bt);
-    mn_session *si = open_session(gi, be, MN_MODE_INFERENCE, MN_OPTIM_SGD, &bi);
-    double tmed, tmin, imed, imin;
-    time_it(s, true, warmup, runs, x, xn * 4, lab, (size_t)batch * 4, &tmed, &tmin);
-    time_it(si, false, warmup, runs, x, xn * 4, lab, (size_t)batch * 4, &imed, &imin);
-    size_t peak = 0, sum = 0;
-    mn_session_memory(s, &peak, &sum);
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_train_ms\":%.2f,"
-           "\"build_infer_ms\":%.2f,\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,"
-           "\"infer_ms_min\":%.4f,\"train_kernels\":%ld,\"infer_kernels\":%ld,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, bt, bi, tmed, tmin, imed, imin, kernels(s),
-           kernels(si), peak, sum);
-    fflush(stdout);
-    mn_session_destroy(s);
-    mn_session_destroy(si);
-    mn_device_close(g_device);
-    mn_graph_destroy(gt);
-    mn_graph_destroy(gi);
-    free(x);
-    free(lab);
-}
-
 static void bench_gemm(mn_backend_kind be, int M, int N, int K) {
     open_device(be);
     mn_graph *g;
@@ -302,7 +267,7 @@ static void bench_gemm(mn_backend_kind be, int M, int N, int K) {
 int main(int argc, char **argv) {
     mn_backend_kind be = MN_BACKEND_VULKAN;
     int runs = 50, warmup = 10;
-    bool gemm = false;
+    bool gemm = false, models = false;
     int shapes[16][3], nshapes = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -325,6 +290,14 @@ int main(int argc, char **argv) {
             }
             nshapes++;
             gemm = true;
+        } else if (!strcmp(argv[i], "--models")) {
+            models = true;
+        } else if (!strcmp(argv[i], "--list")) {
+            for (size_t k = 0; k < sizeof workloads / sizeof workloads[0]; k++)
+                printf("%-22s MLP %d-%d-%d%s, batch %d\n", workloads[k].name, workloads[k].dims[0], workloads[k].dims[1],
+                       workloads[k].dims[2], workloads[k].nlayers > 2 ? "-10" : "", workloads[k].batch);
+            bench_models_list(stdout);
+            return 0;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--nonfinite") && i + 1 < argc) {
@@ -337,8 +310,8 @@ int main(int argc, char **argv) {
             }
             g_nonfinite = (mn_nonfinite)k;
         } else {
-            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... [--only NAME] "
-                    "[--nonfinite skip|apply|unchecked]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... "
+                    "[--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]\n", argv[0]);
             return 2;
         }
     }
@@ -353,14 +326,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i], sizes[i], sizes[i]);
     } else {
-        for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-            if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
-        static const int rn_batch[2] = {1, 32};
-        for (int i = 0; i < 2; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "resnet50_b%d", rn_batch[i]);
-            if (only && strstr(name, only)) bench_resnet(rn_batch[i], be, warmup, runs);
-        }
+        if (!models || only)
+            for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+                if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        bench_models_run(only, models, be, warmup, runs, g_nonfinite);
     }
     return 0;
 }

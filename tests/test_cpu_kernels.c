@@ -581,6 +581,8 @@ static double ref_unary(op_id op, double v) {
     case OP_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case OP_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (v + 0.044715 * v * v * v)));
     case OP_SILU: return v * sg;
+    case OP_SIN: return sin(v);
+    case OP_COS: return cos(v);
     case OP_NEG: return -v;
     case OP_SCALE: return -1.5 * v;
     default: return v; /* STOP_GRAD */
@@ -589,7 +591,7 @@ static double ref_unary(op_id op, double v) {
 
 static void test_unary(void) {
     static const op_id ops[] = {OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_RELU, OP_SIGMOID, OP_TANH,
-                                OP_GELU, OP_GELU_TANH, OP_SILU, OP_NEG, OP_SCALE, OP_STOP_GRAD};
+                                OP_GELU, OP_GELU_TANH, OP_SILU, OP_NEG, OP_SCALE, OP_STOP_GRAD, OP_SIN, OP_COS};
     const int64_t cnt = 8;
     for (size_t o = 0; o < MN_ARRAY_LEN(ops); o++) {
         const op_id op = ops[o];

@@ -263,9 +263,10 @@ static void build_binary(mn_graph *g) {
 static void build_unary(mn_graph *g) {
     typedef mn_status (*un_fn)(mn_graph *, mn_tensor *, mn_tensor);
     static const un_fn fns[] = {mn_neg,  mn_exp,     mn_log,    mn_sqrt,      mn_rsqrt, mn_relu,
-                                mn_sigmoid, mn_tanh, mn_gelu,   mn_gelu_tanh, mn_silu,  mn_stop_gradient};
+                                mn_sigmoid, mn_tanh, mn_gelu,   mn_gelu_tanh, mn_silu,  mn_stop_gradient,
+                                mn_sin,  mn_cos};
     static const op_id bwd[] = {OP_EXP,  OP_LOG,  OP_SQRT,      OP_RSQRT, OP_RELU,
-                                OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU};
+                                OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU, OP_SIN, OP_COS};
     const struct {
         int r;
         int64_t s[4];

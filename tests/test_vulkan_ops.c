@@ -66,7 +66,7 @@ static double tolerance(op_id op) {
     switch (op) {
     case OP_MATMUL: /* long K, summed in another order (split-K on the GPU) */
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_SIGMOID: case OP_TANH:
-    case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+    case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SIN: case OP_COS:
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_DENSE:
     case OP_POW: /* mn_pow: exp(p log|x|), about |p log x| 2^-24 relative */
     /* rope: f32 sin/cos and rotation against the CPU's double (~1e-7

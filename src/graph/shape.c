@@ -748,7 +748,7 @@ mn_status graph_infer(mn_graph *g, node *n) {
     }
     case OP_SCALE: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU:
-    case OP_STOP_GRAD:
+    case OP_STOP_GRAD: case OP_SIN: case OP_COS:
         if ((st = need_f32(g, n, 0))) return st;
         copy_shape_of(n, IN(0));
         return MN_OK;

@@ -245,6 +245,8 @@ KN_UNARY(tanh, tanh(v))
 KN_UNARY(gelu, KN(gelu1)(v))
 KN_UNARY(gelu_tanh, KN(gelu_tanh1)(v))
 KN_UNARY(silu, v * KN(sigmoid1)(v))
+KN_UNARY(sin, sin(v))
+KN_UNARY(cos, cos(v))
 #undef KN_UNARY
 
 KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
@@ -710,6 +712,8 @@ static inline real KN(dunary)(op_id op, real x, real y) {
         const real s = KN(sigmoid1)(x);
         return s * ((real)1 + x * ((real)1 - s));
     }
+    case OP_SIN: return cos(x);
+    case OP_COS: return -sin(x);
     default: MN_ASSERT(!"unary_bwd: the forward op is not a differentiable unary op"); return 0;
     }
 }

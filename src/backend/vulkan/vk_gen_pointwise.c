@@ -240,6 +240,8 @@ VK_ELTWISE(gelu, "mn_gelu(a)")
 VK_ELTWISE(gelu_tanh, "mn_gelu_tanh(a)")
 VK_ELTWISE(silu, "a * mn_sigmoid(a)")
 VK_ELTWISE(stop_grad, "a")
+VK_ELTWISE(sin, "mn_sin(a)")
+VK_ELTWISE(cos, "mn_cos(a)")
 VK_ELTWISE(broadcast, "a")
 #undef VK_ELTWISE
 
@@ -264,6 +266,8 @@ mn_status vkgen_unary_bwd(vk_kernel *k, const mn_graph *g, const node *n, const 
     case OP_GELU: expr = "c * mn_dgelu(a)"; break;
     case OP_GELU_TANH: expr = "c * mn_dgelu_tanh(a)"; break;
     case OP_SILU: expr = "c * mn_dsilu(a)"; break;
+    case OP_SIN: expr = "c * mn_cos(a)"; break;
+    case OP_COS: expr = "c * (-mn_sin(a))"; break;
     default: {
         char what[96];
         snprintf(what, sizeof what, "ip[0] = %lld is not a differentiable unary op", (long long)bwd_of(n));
