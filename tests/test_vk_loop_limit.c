@@ -172,8 +172,9 @@ static void long_reduction(void) {
 
 static bool has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
-/* Under a tiny limit (100) the attention kernels cannot fit: code generation
- * refuses each with the op, the output shape and the limit. */
+/* Under a tiny limit (16: the tile kernels count about one iteration per
+ * tile, the row kernel more) the attention kernels cannot fit: code
+ * generation refuses each with the op, the output shape and the limit. */
 static void refuse_at_codegen(void) {
     gcase k = {OP_ATTENTION, "refuse", smol_512, 0};
     gc c;
@@ -181,18 +182,18 @@ static void refuse_at_codegen(void) {
     CHECK_OK(build_case(&k, &c, &y), mn_graph_error(c.g));
     mn_session *s = open_session(c.g, false, true, NULL); /* the CPU: for its graph and plan */
     vk_caps caps = {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 256,
-                    .max_groups = {65535, 65535, 65535}, .loop_limit = 100};
+                    .max_groups = {65535, 65535, 65535}, .loop_limit = 16};
     int refused = 0, fit = 0;
     for (int32_t i = 0; s && i < s->g->n; i++) {
         const node *n = &s->g->nodes[i];
         if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD_Q && n->op != OP_ATTENTION_BWD_KV) continue;
         vk_kernel *kk = malloc(sizeof *kk);
         char err[512] = "";
-        caps.loop_limit = 100;
+        caps.loop_limit = 16;
         mn_status st = vk_codegen_node(kk, s->g, i, &s->plan, &caps, err, sizeof err);
         CHECK_MSG(st == MN_E_UNSUPPORTED && has(err, op_table[n->op].name) && has(err, ",512,64]") &&
-                      has(err, "loop limit of 100 "),
-                  "%s under a 100-iteration limit: %s", op_table[n->op].name, err);
+                      has(err, "loop limit of 16 "),
+                  "%s under a 16-iteration limit: %s", op_table[n->op].name, err);
         refused += st == MN_E_UNSUPPORTED;
         caps.loop_limit = 65535;
         st = vk_codegen_node(kk, s->g, i, &s->plan, &caps, err, sizeof err);
@@ -201,7 +202,7 @@ static void refuse_at_codegen(void) {
         free(kk);
     }
     CHECK_MSG(refused >= 3 && fit == refused, "%d attention kernels refused, %d fit", refused, fit);
-    printf("  a 100-iteration limit: %d attention kernels refused with the op, shape and limit named\n", refused);
+    printf("  a 16-iteration limit: %d attention kernels refused with the op, shape and limit named\n", refused);
     mn_session_destroy(s);
     mn_graph_destroy(c.g);
 }
