@@ -6,10 +6,13 @@
  * - shapes whose kernels crossed the limit before, forward and gradients
  *   against the CPU: attention at SmolLM2's shapes (9 query heads on 3 kv
  *   heads, head dim 64, 128 and 512 causal tokens; dk and dv from the one
- *   fused kernel; the ctest test_vk_loop_limit_attention), attention
- *   over a 40000-row key
- *   sequence, the embedding table gradient over 70000 ids, a 16.8M-element
- *   sum per output;
+ *   fused kernel) and one decoding row over a 2048-row cache (the ctest
+ *   test_vk_loop_limit_attention); attention at other real sizes (a GQA
+ *   group of 4 with head dim 128 and a sliding window, cross attention, a
+ *   prefill into a cache) and the tile kernel's configurations of the
+ *   tuning knobs (test_vk_loop_limit_attention_shapes); attention over a
+ *   40000-row key sequence, the embedding table gradient over 70000 ids, a
+ *   16.8M-element sum per output;
  * - a kernel that cannot be brought under the limit is refused at session
  *   creation, with the op, its shape and the limit in the message (a tiny
  *   limit forces it at code generation; 600000 ids force the embedding
@@ -116,6 +119,31 @@ static mn_tensor smol_512(gc *c) {
 }
 static mn_tensor smol_128(gc *c) {
     return attn_case(c, S(2, 9, 128, 64), S(2, 3, 128, 64), true, 0, 0, -1000, -1, 1, -1, 1);
+}
+/* more real shapes, forward and every gradient (the tile kernels at their
+ * sizes; the row kernel for the decoding steps): a GQA group of 4 with head
+ * dim 128 (Llama-3-8B's heads) and a sliding window, cross attention with a
+ * group of 3 and partial tiles, a 256-token prefill into a 2048-row cache,
+ * one decoding row over it, full and partly filled */
+static mn_tensor gqa4_d128_window(gc *c) {
+    return attn_case(c, S(1, 8, 256, 128), S(1, 2, 256, 128), true, 100, 0, -1000, -1, 1, -1, 1);
+}
+static mn_tensor cross_gqa3(gc *c) {
+    return attn_case(c, S(2, 3, 200, 64), S(2, 1, 333, 64), false, 0, 0, -1000, -1, 1, -1, 1);
+}
+static mn_tensor prefill_cache(gc *c) {
+    return attn_case(c, S(1, 9, 256, 64), S(1, 3, 2048, 64), true, 0, 0, 0, -1, 1, -1, 1);
+}
+static mn_tensor decode_2048(gc *c) {
+    return attn_case(c, S(1, 9, 1, 64), S(1, 3, 2048, 64), true, 0, 0, 2047, -1, 1, -1, 1);
+}
+static mn_tensor decode_partial(gc *c) {
+    return attn_case(c, S(1, 9, 1, 64), S(1, 3, 2048, 64), true, 0, 0, 1000, -1, 1, -1, 1);
+}
+/* a mid-sized shape for the tile configurations of the tuning knob: padded
+ * head dim, partial blocks and tiles, window, GQA 2 */
+static mn_tensor knob_shape(gc *c) {
+    return attn_case(c, S(1, 4, 70, 40), S(1, 2, 70, 40), true, 30, 0, -1000, -1, 1, -1, 1);
 }
 /* a few query rows over 40000 keys (a long cache): the key loop */
 static mn_tensor long_keys(gc *c) {
@@ -235,19 +263,59 @@ static void refuse_at_session(const vk_caps *caps) {
     mn_graph_destroy(g);
 }
 
-/* No argument: everything but SmolLM2's attention; "attention": that alone
- * (the ctest test_vk_loop_limit_attention; each half about 30 s on lavapipe
- * with cold kernel caches). */
+/* The tile kernel under other configurations (the tuning knobs of
+ * vk_gen_transformer.c): 1 to 4 rows per invocation, 2 to 8 invocations per
+ * row, tiles of 8 to 16 items, the head dim padded or not, plain loops and
+ * fully unrolled ones, with and without the prefetch of the next tile (the
+ * GPUs' default); and the row kernel everywhere. */
+static void tile_configs(void) {
+    static const struct {
+        const char *attn, *tile, *run, *prefetch;
+    } v[] = {
+        {"tiles", "fwd=16x8x2x4,lse=8x8x1x2,dq=32x8x4x4,dkv=16x8x1x2", NULL, "1"},
+        {"tiles", "fwd=32x16x4x8,lse=32x16x4x8,dq=8x8x1x4,dkv=8x8x1x4", "1", NULL},
+        {"tiles", NULL, "full", "1"},
+        {"rows", NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < MN_ARRAY_LEN(v); i++) {
+        char name[160];
+        snprintf(name, sizeof name, "attention %s %s run %s%s", v[i].attn, v[i].tile ? v[i].tile : "(default)",
+                 v[i].run ? v[i].run : "4", v[i].prefetch ? " prefetch" : "");
+        setenv("MEGANEURA_ATTN", v[i].attn, 1);
+        if (v[i].tile) setenv("MEGANEURA_ATTN_TILE", v[i].tile, 1);
+        if (v[i].run) setenv("MEGANEURA_ATTN_RUN", v[i].run, 1);
+        if (v[i].prefetch) setenv("MEGANEURA_ATTN_PREFETCH", v[i].prefetch, 1);
+        compare(name, knob_shape, 1e-10);
+        unsetenv("MEGANEURA_ATTN");
+        unsetenv("MEGANEURA_ATTN_TILE");
+        unsetenv("MEGANEURA_ATTN_RUN");
+        unsetenv("MEGANEURA_ATTN_PREFETCH");
+    }
+}
+
+/* No argument: everything but the attention at real sizes; "attention":
+ * SmolLM2's attention and decoding over a 2048-row cache (the ctest
+ * test_vk_loop_limit_attention); "attention_shapes": the other real shapes
+ * and the tile configurations (test_vk_loop_limit_attention_shapes). Each
+ * part takes about 30-45 s on lavapipe with cold kernel caches. */
 int main(int argc, char **argv) {
     const bool attention = argc > 1 && strcmp(argv[1], "attention") == 0;
+    const bool shapes = argc > 1 && strcmp(argv[1], "attention_shapes") == 0;
     vk_caps none = {0}, lim = {.loop_limit = 100};
     CHECK(vk_loops_fit(&none, UINT64_MAX));
     CHECK(vk_loops_fit(&lim, 100) && !vk_loops_fit(&lim, 101));
-    if (!attention) refuse_at_codegen();
+    if (!attention && !shapes) refuse_at_codegen();
     g_dev = th_require_vulkan();
     if (g_dev && attention) {
         compare("attention 9/3 heads T512 D64 causal", smol_512, 1e-10);
         compare("attention 9/3 heads T128 D64 causal B2", smol_128, 1e-10);
+        compare("attention decode pos 2047, cache 2048", decode_2048, 1e-10);
+        compare("attention decode pos 1000, cache 2048", decode_partial, 1e-10);
+    } else if (g_dev && shapes) {
+        compare("attention 8/2 heads T256 D128 window 100", gqa4_d128_window, 1e-10);
+        compare("attention 3/1 heads cross 200x333 B2", cross_gqa3, 1e-10);
+        compare("attention prefill 256 into cache 2048", prefill_cache, 1e-10);
+        tile_configs();
     } else if (g_dev) {
         vk_ctx ctx;
         char err[256];

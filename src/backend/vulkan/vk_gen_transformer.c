@@ -359,13 +359,16 @@ static const at_tile at_cands[4][8] = {
  * of op=BMxBNxTMxLX with op fwd, lse, dq or dkv (that configuration, as
  * given, for every node of the op); MEGANEURA_ATTN_RUN = N (default 4) |
  * full: the tile kernel's head-dimension and item loops run in unrolled
- * runs of N vec4 chunks (1: plain loops; full: one run). A value that does
- * not parse is an error naming it. */
+ * runs of N vec4 chunks (1: plain loops; full: one run);
+ * MEGANEURA_ATTN_PREFETCH = 1 | 0: whether the next tile's global reads are
+ * issued before the current tile is used (default 1, 0 under a loop
+ * limiter). A value that does not parse is an error naming it. */
 #define AT_RUN_DEFAULT 4
 #define AT_RUN_FULL 1024
 typedef struct at_knobs {
     int kernel; /* 0 auto, 1 rows, 2 tiles */
     uint32_t run;
+    int prefetch; /* -1: the device's default */
     bool have[4];
     at_tile tile[4];
 } at_knobs;
@@ -373,6 +376,7 @@ typedef struct at_knobs {
 static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, char *err, size_t cap) {
     memset(kn, 0, sizeof *kn);
     kn->run = AT_RUN_DEFAULT;
+    kn->prefetch = -1;
     const char *e = getenv("MEGANEURA_ATTN");
     char msg[256];
     if (e && *e) {
@@ -394,6 +398,14 @@ static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, c
             snprintf(msg, sizeof msg, "MEGANEURA_ATTN_RUN='%.64s': want 1 .. 64 or full", e);
             return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
         }
+    }
+    e = getenv("MEGANEURA_ATTN_PREFETCH");
+    if (e && *e) {
+        if (strcmp(e, "0") != 0 && strcmp(e, "1") != 0) {
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN_PREFETCH='%.64s': want 0 or 1", e);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        kn->prefetch = e[0] - '0';
     }
     e = getenv("MEGANEURA_ATTN_TILE");
     for (const char *p = e; p && *p;) {
@@ -456,7 +468,8 @@ static mn_status at_tile_pick(at_tile *out, bool *found, const at_geom *a, const
 }
 
 static mn_status gen_attention_tile(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
-                                    const at_geom *a, at_tile t, uint32_t run, char *err, size_t cap) {
+                                    const at_geom *a, at_tile t, uint32_t run, bool prefetch, char *err,
+                                    size_t cap) {
     const uint64_t nblk = (a->rows + t.bm - 1) / t.bm, nt = (uint64_t)t.bm / t.tm * t.lx;
     k->tmpl = "attention_tile";
     at_def_common(k, g, n, a);
@@ -468,6 +481,7 @@ static mn_status gen_attention_tile(vk_kernel *k, const mn_graph *g, const node 
     vk_def(k, "AT_LX", "%uu", t.lx);
     const uint32_t most = (uint32_t)(((uint64_t)a->D + 3) / 4 > t.bn / 4 ? ((uint64_t)a->D + 3) / 4 : t.bn / 4);
     vk_def(k, "AT_RUN", "%uu", run < most ? run : most);
+    vk_def(k, "AT_PREFETCH", "%d", prefetch ? 1 : 0);
     vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
     return tr_launch_groups(k, g, n, caps, a->heads * nblk, (uint32_t)nt, err, cap);
 }
@@ -488,7 +502,10 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
         at_tile t;
         bool found;
         if ((st = at_tile_pick(&t, &found, &a, &kn, caps, g, n, err, cap))) return st;
-        if (found) return gen_attention_tile(k, g, n, caps, &a, t, kn.run, err, cap);
+        /* prefetching keeps the next tile's reads live across barriers, which
+         * lavapipe's JIT (barriers as coroutines) compiles slowly: off there */
+        const bool prefetch = kn.prefetch < 0 ? caps->loop_limit == 0 : kn.prefetch == 1;
+        if (found) return gen_attention_tile(k, g, n, caps, &a, t, kn.run, prefetch, err, cap);
     }
     return gen_attention_rows(k, g, n, caps, &a, err, cap);
 }

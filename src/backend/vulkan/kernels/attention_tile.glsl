@@ -33,8 +33,9 @@
 // invocations of a row share its statistics (maxima, sums) through shared
 // memory. Rows and items are vec4 rows padded by one vec4 (AT_DP = D
 // rounded up to 4 * AT_LX, zero beyond D), so the loads of a subgroup hit
-// distinct banks or one broadcast address. The next tile's global reads go
-// to registers (pf1, pf2) while the current one is used.
+// distinct banks or one broadcast address. With AT_PREFETCH the next tile's
+// global reads go to registers (pf1, pf2) while the current one is used;
+// without, they are read and stored between the same two barriers.
 //
 // Mask (identical to the CPU kernel): key j exists if j < kvlen; causal:
 // j <= i + off, window W > 0: j > i + off - W. Without a position input
@@ -58,7 +59,7 @@
 // X4 prep, X5 pos. Defines: AT_OP, AT_HQ, AT_HKV, AT_GRP, AT_TQ, AT_TK,
 // AT_D, AT_DP, AT_PADDED (AT_DP > AT_D), AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
 // AT_WRT_V, AT_PART, AT_NROWS, AT_NBLK, AT_BM, AT_BN, AT_TM, AT_LX,
-// AT_RUN, TR_NWG.
+// AT_RUN, AT_PREFETCH, TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (the H200 has
 // no f32 ones); handle D above what the shared memory holds (the
 // generator falls back to attention.glsl).
@@ -336,21 +337,28 @@ void main() {
     int ibase = ilo + (t) * int(AT_BN); \
     int cnt = min(int(AT_BN), ihi - ibase)
 #endif
+#if AT_PREFETCH
     if (ntiles > 0) {
         AT_TILE(0, ih0, ib0, cn0);
         at_fetch(ih0, ib0, cn0, lid);
     }
+#endif
 
     for (int t = 0; t < ntiles; t++) {
         AT_TILE(t, ihead, ibase, cnt);
         barrier(); // the previous tile's reads (and the row loads) are done
+#if !AT_PREFETCH
+        at_fetch(ihead, ibase, cnt, lid);
+#endif
         at_store(lid);
         memoryBarrierShared();
         barrier();
+#if AT_PREFETCH
         if (t + 1 < ntiles) {
             AT_TILE(t + 1, nhead, nbase, ncnt);
             at_fetch(nhead, nbase, ncnt, lid);
         }
+#endif
 
         // does every (row, item) pair of this tile pass the mask?
 #if AT_OP == AT_BWD_KV
