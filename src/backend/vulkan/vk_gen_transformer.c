@@ -225,11 +225,18 @@ static uint64_t at_dloops(int op, int64_t wrt) {
     }
 }
 
+/* The merge of a row's S partial results all at once (attention.glsl
+ * AT_PMERGE): the tile buffer holds every invocation's partial row. */
+static bool at_pmerge(uint64_t local, uint64_t S, uint64_t bk, uint64_t itemw, int64_t D) {
+    return S > 1 && local * (uint64_t)D <= bk * itemw;
+}
+
 /* Loop iterations of one attention invocation (attention.glsl): the row
  * set-up; per tile of bk items the tile loop, its load runs and its share
  * of the items with their head-dimension runs; then the merge of the S
- * partial results (the forward's maxima and sums, one run per column
- * group of each of the nout outputs with S steps each). */
+ * partial results (the forward's maxima and sums; then for each of the
+ * nout outputs the store of the partial row and the sums of S parts of
+ * the invocation's elements, or one run per column group with S steps). */
 static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t bk, uint64_t local, uint64_t S,
                                    uint64_t itemw, int64_t D, int op, int64_t wrt) {
     const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(caps, D);
@@ -237,7 +244,10 @@ static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t
     const uint64_t per_tile = 1 + (loads + AT_LU - 1) / AT_LU + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
     uint64_t it = druns + 1 + tiles * per_tile;
     if (op == AT_FWD || op == AT_LSE) it += S > 1 ? 2 * S : 0;
-    if (op != AT_LSE) it += nout * druns * (1 + (S > 1 ? S : 0));
+    if (op != AT_LSE && at_pmerge(local, S, bk, itemw, D))
+        it += nout * (druns + ((local / S) * (uint64_t)D + local - 1) / local * (1 + S));
+    else if (op != AT_LSE)
+        it += nout * druns * (1 + (S > 1 ? S : 0));
     return it;
 }
 
@@ -281,6 +291,7 @@ static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node 
     vk_def(k, "AT_BK", "%llu", (unsigned long long)bk);
     vk_def(k, "AT_ITEMW", "%lluu", (unsigned long long)itemw);
     vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
+    vk_def(k, "AT_PMERGE", "%d", op != AT_LSE && at_pmerge(local, S, bk, itemw, D));
     return tr_launch_groups(k, g, n, caps, a->heads * nblk, local, err, cap);
 }
 
