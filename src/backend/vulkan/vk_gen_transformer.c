@@ -368,9 +368,10 @@ static const at_tile at_cands[4][8] = {
  * row kernel everywhere, the kernels before the tiles) | tiles (the tile
  * kernel wherever a configuration fits); MEGANEURA_ATTN_TILE = a comma list
  * of op=BMxBNxTMxLX with op fwd, lse, dq or dkv (that configuration, as
- * given, for every node of the op); MEGANEURA_ATTN_RUN = N (default 4) |
- * full: the tile kernel's head-dimension and item loops run in unrolled
- * runs of N vec4 chunks (1: plain loops; full: one run);
+ * given, for every node of the op); MEGANEURA_ATTN_RUN = N | full: the
+ * tile kernel's head-dimension and item loops run in unrolled runs of N
+ * vec4 chunks (1: plain loops; full: one run; default 4, under a loop
+ * limiter 1 where it fits: lavapipe's JIT takes seconds for long code);
  * MEGANEURA_ATTN_PREFETCH = 1 | 0: whether the next tile's global reads are
  * issued before the current tile is used (default 1, 0 under a loop
  * limiter). A value that does not parse is an error naming it. */
@@ -378,7 +379,7 @@ static const at_tile at_cands[4][8] = {
 #define AT_RUN_FULL 1024
 typedef struct at_knobs {
     int kernel; /* 0 auto, 1 rows, 2 tiles */
-    uint32_t run;
+    uint32_t run; /* 0: the device's default */
     int prefetch; /* -1: the device's default */
     bool have[4];
     at_tile tile[4];
@@ -386,7 +387,7 @@ typedef struct at_knobs {
 
 static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, char *err, size_t cap) {
     memset(kn, 0, sizeof *kn);
-    kn->run = AT_RUN_DEFAULT;
+    kn->run = 0; /* the device's default */
     kn->prefetch = -1;
     const char *e = getenv("MEGANEURA_ATTN");
     char msg[256];
@@ -444,15 +445,30 @@ static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, c
     return MN_OK;
 }
 
-/* Picks the tile configuration; false if none fits (the row kernel then
- * runs). A knob's configuration that does not fit is an error. */
-static mn_status at_tile_pick(at_tile *out, bool *found, const at_geom *a, const at_knobs *kn, const vk_caps *caps,
-                              const mn_graph *g, const node *n, char *err, size_t cap) {
-    const uint32_t run = kn->run;
+/* NULL if t fits with one of the runs to try (the knob's; by default 4,
+ * under a loop limiter the shortest code that fits: plain loops, else runs
+ * of 4, else whole loops), *run set; else why not (for the last run). */
+static const char *at_tile_unfit_runs(const at_geom *a, at_tile t, const vk_caps *caps, const at_knobs *kn,
+                                      uint32_t *run) {
+    static const uint32_t limited[] = {1, AT_RUN_DEFAULT, AT_RUN_FULL};
+    const uint32_t *runs = kn->run ? &kn->run : caps->loop_limit ? limited : (const uint32_t[]){AT_RUN_DEFAULT};
+    const size_t nruns = kn->run || !caps->loop_limit ? 1 : MN_ARRAY_LEN(limited);
+    const char *why = NULL;
+    for (size_t i = 0; i < nruns; i++) {
+        *run = runs[i];
+        if (!(why = at_tile_unfit(a, t, caps, runs[i]))) return NULL;
+    }
+    return why;
+}
+
+/* Picks the tile configuration and its run; false if none fits (the row
+ * kernel then runs). A knob's configuration that does not fit is an error. */
+static mn_status at_tile_pick(at_tile *out, uint32_t *run, bool *found, const at_geom *a, const at_knobs *kn,
+                              const vk_caps *caps, const mn_graph *g, const node *n, char *err, size_t cap) {
     *found = false;
     if (kn->have[a->op]) {
         const at_tile t = kn->tile[a->op];
-        const char *why = at_tile_unfit(a, t, caps, run);
+        const char *why = at_tile_unfit_runs(a, t, caps, kn, run);
         if (why) {
             char msg[320];
             snprintf(msg, sizeof msg, "MEGANEURA_ATTN_TILE %s=%ux%ux%ux%u for D %lld: %s", at_op_key[a->op], t.bm, t.bn,
@@ -466,11 +482,13 @@ static mn_status at_tile_pick(at_tile *out, bool *found, const at_geom *a, const
     uint64_t best = 0;
     for (size_t i = 0; i < MN_ARRAY_LEN(at_cands[a->op]) && at_cands[a->op][i].bm; i++) {
         const at_tile t = at_cands[a->op][i];
-        if (at_tile_unfit(a, t, caps, run)) continue;
+        uint32_t r;
+        if (at_tile_unfit_runs(a, t, caps, kn, &r)) continue;
         const uint64_t nwg = (a->rows + t.bm - 1) / t.bm * a->heads;
         if (nwg > best) {
             best = nwg;
             *out = t;
+            *run = r;
             *found = true;
         }
         if (nwg >= AT_MIN_GROUPS) break;
@@ -511,12 +529,13 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
     if (want && kn.kernel != 1) {
         at_tile t;
+        uint32_t run = 0;
         bool found;
-        if ((st = at_tile_pick(&t, &found, &a, &kn, caps, g, n, err, cap))) return st;
+        if ((st = at_tile_pick(&t, &run, &found, &a, &kn, caps, g, n, err, cap))) return st;
         /* prefetching keeps the next tile's reads live across barriers, which
          * lavapipe's JIT (barriers as coroutines) compiles slowly: off there */
         const bool prefetch = kn.prefetch < 0 ? caps->loop_limit == 0 : kn.prefetch == 1;
-        if (found) return gen_attention_tile(k, g, n, caps, &a, t, kn.run, prefetch, err, cap);
+        if (found) return gen_attention_tile(k, g, n, caps, &a, t, run, prefetch, err, cap);
     }
     return gen_attention_rows(k, g, n, caps, &a, err, cap);
 }

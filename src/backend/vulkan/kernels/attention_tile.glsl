@@ -48,8 +48,9 @@
 // (register arrays stay registers); the head-dimension and item loops,
 // which only index shared memory, run in unrolled runs of AT_RUN vec4
 // chunks (short code: spirv-opt and lavapipe's JIT take seconds per fully
-// unrolled kernel; and few iterations for lavapipe's loop limiter, which
-// the generator counts and checks with vk_loops_fit).
+// unrolled kernel; AT_RUN 1 is a plain loop). The generator counts the
+// iterations for lavapipe's loop limiter and checks them with
+// vk_loops_fit.
 //
 // Numerics: f32 operands, f32 sums (fma); exp of scores minus the running
 // maximum, so nothing overflows for logits of 1e3 and more. A row with no
