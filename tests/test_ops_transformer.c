@@ -10,7 +10,8 @@
  *   sliding window, grouped-query, cache position) against a naive
  *   materialised-softmax reference, in f64, f32 and on Vulkan;
  * - large logits (q.k ~ 1e3): softmax shift invariance, forward and
- *   gradients, no overflow;
+ *   gradients, no overflow; both, on Vulkan, with the tile kernels forced
+ *   onto their small shapes as well (MEGANEURA_ATTN=tiles);
  * - kv_append: rows written in place at the host-written position, rows
  *   outside the cache dropped, the append runs even when nothing reads it,
  *   caches stay out of checkpoints;
@@ -890,6 +891,13 @@ int main(void) {
     test_rope();
     test_attention_reference();
     test_large_logits();
+    if (g_dev) { /* every mode and the large logits again, the tile kernels on the small shapes too */
+        setenv("MEGANEURA_ATTN", "tiles", 1);
+        printf("  again with MEGANEURA_ATTN=tiles:\n");
+        test_attention_reference();
+        test_large_logits();
+        unsetenv("MEGANEURA_ATTN");
+    }
     test_partial_grads();
     test_kv_append();
     test_errors();
