@@ -216,7 +216,7 @@ static uint64_t at_dloops(int op, int64_t wrt) {
 /* The merge of a row's S partial results all at once (attention.glsl
  * AT_PMERGE): the tile buffer holds every invocation's partial row. */
 static bool at_pmerge(uint64_t local, uint64_t S, uint64_t bk, uint64_t itemw, int64_t D) {
-    return S > 1 && local * (uint64_t)D <= bk * itemw;
+    return S > 1 && local * ((uint64_t)D | 1) <= bk * (itemw | 1);
 }
 
 /* Loop iterations of one attention invocation (attention.glsl): the row
@@ -256,8 +256,9 @@ static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node 
     const uint64_t itemw = op == AT_LSE ? (uint64_t)D : kv ? 2 * (uint64_t)D + 2 : 2 * (uint64_t)D;
     const uint64_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384, reserve = 2ull * local * 4;
     uint64_t bk = 64;
-    while (bk > 1 && bk * itemw * 4 + reserve > smem) bk /= 2;
-    if (bk * itemw * 4 + reserve > smem)
+    /* shared rows padded to an odd stride (attention.glsl AT_ISTR) */
+    while (bk > 1 && bk * (itemw | 1) * 4 + reserve > smem) bk /= 2;
+    if (bk * (itemw | 1) * 4 + reserve > smem)
         return tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "head dimension too large for the device's shared memory");
     /* fewer rows per workgroup, more invocations per row, while a row's
      * items overrun the loop limiter */
@@ -278,6 +279,8 @@ static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node 
     vk_def(k, "AT_S", "%u", S);
     vk_def(k, "AT_BK", "%llu", (unsigned long long)bk);
     vk_def(k, "AT_ITEMW", "%lluu", (unsigned long long)itemw);
+    vk_def(k, "AT_ISTR", "%lluu", (unsigned long long)(itemw | 1));
+    vk_def(k, "AT_PSTR", "%lluu", (unsigned long long)((uint64_t)D | 1));
     vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
     vk_def(k, "AT_PMERGE", "%d", op != AT_LSE && at_pmerge(local, S, bk, itemw, D));
     return tr_launch_groups(k, g, n, caps, a->heads * nblk, local, err, cap);

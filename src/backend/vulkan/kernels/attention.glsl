@@ -50,7 +50,8 @@
 // X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
 // AT_TK, AT_D, AT_DU, AT_LU, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
 // AT_WRT_V, AT_PART,
-// AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_NBLK, AT_PMERGE, TR_NWG.
+// AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_ISTR, AT_PSTR, AT_NBLK, AT_PMERGE,
+// TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (a later,
 // faster variant can slot in as another template).
 
@@ -83,7 +84,12 @@
 
 #define MN_NEG_INF uintBitsToFloat(0xff800000u)
 
-shared float sh_tile[AT_BK * AT_ITEMW];
+// Shared rows are padded to odd strides (AT_ISTR = AT_ITEMW | 1 for the
+// tile, AT_PSTR = AT_D | 1 for the merge's partial rows): the invocations
+// of a SIMD group read items AT_ISTR floats apart, so every one hits its
+// own bank (an even stride put all 32 of an H200's on one: 32-way
+// conflicts on every read of the tile).
+shared float sh_tile[AT_BK * AT_ISTR];
 shared float sh_a[AT_LOCAL];
 shared float sh_b[AT_LOCAL];
 
@@ -109,7 +115,7 @@ bool at_valid(int i, int j) {
 void at_write_sum(float a[AT_D], uint t, uint r, uint s, int rowc, IDX base, float outscale) {
 #if AT_PMERGE
     barrier(); // every read of sh_tile before this is done
-    AT_FOR_D(d) sh_tile[t * AT_D + d] = a[d];
+    AT_FOR_D(d) sh_tile[t * AT_PSTR + d] = a[d];
     memoryBarrierShared();
     barrier();
     IDX base0 = base - r * AT_D; // row 0 of the block
@@ -117,7 +123,7 @@ void at_write_sum(float a[AT_D], uint t, uint r, uint s, int rowc, IDX base, flo
         uint rr = e / AT_D;
         if (int(rr) >= rowc) continue;
         float v = 0.0;
-        for (uint u = 0u; u < AT_S; u++) v += sh_tile[(rr * AT_S + u) * AT_D + e % AT_D];
+        for (uint u = 0u; u < AT_S; u++) v += sh_tile[(rr * AT_S + u) * AT_PSTR + e % AT_D];
         Y(base0 + e) = outscale * v;
     }
 #else
@@ -240,20 +246,20 @@ void main() {
             uint e = t + ld * AT_LOCAL;
             if (e < uint(cnt) * AT_ITEMW) {
                 int u = base + int(e / AT_ITEMW);
-                uint c = e % AT_ITEMW;
+                uint c = e % AT_ITEMW, se = e / AT_ITEMW * AT_ISTR + c;
 #if AT_OP == AT_BWD_KV
                 IDX qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
                 float val;
                 if (c < AT_D) val = X0(qrow * AT_D + c);
                 else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
                 else val = X4(2u * qrow + (c - 2u * AT_D));
-                sh_tile[e] = val;
+                sh_tile[se] = val;
 #else
                 IDX koff = kvbase + IDX(lo + u) * AT_D;
 #if AT_OP == AT_LSE
-                sh_tile[e] = X1(koff + c);
+                sh_tile[se] = X1(koff + c);
 #else
-                sh_tile[e] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+                sh_tile[se] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
 #endif
 #endif
             }
@@ -262,7 +268,7 @@ void main() {
         barrier();
         if (live) {
             for (int u = int(s); u < cnt; u += int(AT_S)) {
-                uint o = uint(u) * AT_ITEMW;
+                uint o = uint(u) * AT_ISTR;
 #if AT_OP == AT_BWD_KV
                 int iq = ilo + (base + u) % ni;
                 if (!at_valid(iq, row)) continue;
@@ -353,7 +359,7 @@ void main() {
 #if AT_PMERGE
     // as at_write_sum; a row's sum L again from sh_b (a row with no key: 0)
     barrier();
-    AT_FOR_D(d) sh_tile[t * AT_D + d] = acc[d] * f;
+    AT_FOR_D(d) sh_tile[t * AT_PSTR + d] = acc[d] * f;
     memoryBarrierShared();
     barrier();
     IDX base0 = rowoff - r * AT_D;
@@ -362,7 +368,7 @@ void main() {
         if (int(rr) >= rowc) continue;
         float v = 0.0, lr = 0.0;
         for (uint u = 0u; u < AT_S; u++) {
-            v += sh_tile[(rr * AT_S + u) * AT_D + e % AT_D];
+            v += sh_tile[(rr * AT_S + u) * AT_PSTR + e % AT_D];
             lr += sh_b[rr * AT_S + u];
         }
         Y(base0 + e) = v * (lr > 0.0 ? 1.0 / lr : 0.0);
