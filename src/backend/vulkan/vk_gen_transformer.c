@@ -200,7 +200,9 @@ static uint64_t at_du(const vk_caps *caps, int64_t D) {
     if (!caps->loop_limit) return (uint64_t)D;
     return D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : D % 2 == 0 ? 2 : 1;
 }
-#define AT_LU 8
+/* The tile load's batch (attention.glsl AT_LU): its reads are all in
+ * flight at once; short under a loop limiter (JIT-compiled code). */
+static uint64_t at_lu(const vk_caps *caps) { return caps->loop_limit ? 8 : 32; }
 
 /* Head-dimension loops an item runs (all branches: a SIMD group may take
  * each of them). */
@@ -229,7 +231,7 @@ static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t
                                    uint64_t itemw, int64_t D, int op, int64_t wrt) {
     const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(caps, D);
     const uint64_t loads = (bk * itemw + local - 1) / local, nout = op == AT_BWD_KV && wrt == 2 ? 2 : 1;
-    const uint64_t per_tile = 1 + (loads + AT_LU - 1) / AT_LU + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
+    const uint64_t per_tile = 1 + (loads + at_lu(caps) - 1) / at_lu(caps) + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
     uint64_t it = druns + 1 + tiles * per_tile;
     if (op == AT_FWD || op == AT_LSE) it += S > 1 ? 2 * S : 0;
     if (op != AT_LSE && at_pmerge(local, S, bk, itemw, D))
@@ -274,7 +276,7 @@ static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node 
     at_def_common(k, g, n, a);
     vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(caps, D));
     vk_def(k, "AT_D_ONE_RUN", "%d", at_du(caps, D) == (uint64_t)D);
-    vk_def(k, "AT_LU", "%du", AT_LU);
+    vk_def(k, "AT_LU", "%lluu", (unsigned long long)at_lu(caps));
     vk_def(k, "AT_R", "%u", R);
     vk_def(k, "AT_S", "%u", S);
     vk_def(k, "AT_BK", "%llu", (unsigned long long)bk);

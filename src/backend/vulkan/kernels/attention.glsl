@@ -62,21 +62,17 @@
 
 #define AT_LOCAL uint(AT_R * AT_S)
 #define AT_LOADS ((AT_BK * AT_ITEMW + AT_LOCAL - 1u) / AT_LOCAL) // tile elements per invocation
-// for (l = 0; l < AT_LOADS; l++) and for (d = 0; d < AT_D; d++) as loops
-// over runs of AT_LU (AT_DU) steps, each run unrolled: AT_LOADS / AT_LU
-// (AT_D / AT_DU) iterations for the loop limiter; load steps past
-// AT_LOADS fall outside the tile and are skipped by the load's bound
+// The tile load runs in unrolled batches of AT_LU (AT_LOADS / AT_LU
+// iterations for the loop limiter; steps past AT_LOADS fall outside the
+// tile and are skipped by the load's bound); for (d = 0; d < AT_D; d++)
+// runs as a loop over unrolled runs of AT_DU steps (AT_D / AT_DU iterations)
 #if AT_D_ONE_RUN
 // no loop limiter: plain loops with constant bounds, unrolled as the
 // compiler sees fit: the form of the fastest H200 run (runs with a variable
 // base put the per-row arrays in local memory, 2.5x slower attention there;
 // this form itself is not re-measured since, docs/PERF.md)
-#define AT_FOR_LOAD(l) for (uint l = 0u; l < AT_LOADS; l++)
 #define AT_FOR_D(d) for (uint d = 0u; d < AT_D; d++)
 #else
-#define AT_FOR_LOAD(l) \
-    for (uint l##_run = 0u; l##_run < AT_LOADS; l##_run += AT_LU) \
-        [[unroll]] for (uint l##_u = 0u, l = l##_run; l##_u < AT_LU; l##_u++, l++)
 #define AT_FOR_D(d) \
     for (uint d##_run = 0u; d##_run < AT_D; d##_run += AT_DU) \
         [[unroll]] for (uint d##_u = 0u, d = d##_run; d##_u < AT_DU; d##_u++, d++)
@@ -105,6 +101,33 @@ bool at_valid(int i, int j) {
 #endif
 #endif
     return true;
+}
+
+// Where a block's items are (set by main): AT_BWD_KV: query rows ilo ..
+// ilo + ni - 1 of the group's query heads from qhead0; else keys from lo of
+// the kv head at element kvbase.
+IDX g_kvbase;
+int g_lo, g_ilo, g_ni;
+uint g_qhead0;
+
+// Element e of the tile of items base ..: item base + e / AT_ITEMW, its
+// column e % AT_ITEMW (k then v; q, dout, then the two prep values).
+float at_fetch(uint e, int base) {
+    int u = base + int(e / AT_ITEMW);
+    uint c = e % AT_ITEMW;
+#if AT_OP == AT_BWD_KV
+    IDX qrow = (g_qhead0 + uint(u / g_ni)) * uint(AT_TQ) + uint(g_ilo + u % g_ni);
+    if (c < AT_D) return X0(qrow * AT_D + c);
+    if (c < 2u * AT_D) return X3(qrow * AT_D + c - AT_D);
+    return X4(2u * qrow + (c - 2u * AT_D));
+#else
+    IDX koff = g_kvbase + IDX(g_lo + u) * AT_D;
+#if AT_OP == AT_LSE
+    return X1(koff + c);
+#else
+    return c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+#endif
+#endif
 }
 
 #if AT_OP == AT_BWD_Q || AT_OP == AT_BWD_KV
@@ -180,6 +203,9 @@ void main() {
     int ni = max(ihi - ilo, 0);
     int nitems = int(AT_GRP) * ni;
     uint qhead0 = b * AT_HQ + hk * AT_GRP; // first query head of the group
+    g_qhead0 = qhead0;
+    g_ilo = ilo;
+    g_ni = ni;
 #else
     // rows are queries of query head h; items are keys of kv head h / GRP
     uint b = head / AT_HQ, h = head % AT_HQ;
@@ -193,6 +219,8 @@ void main() {
 #endif
 #endif
     int nitems = max(hi - lo, 0);
+    g_kvbase = kvbase;
+    g_lo = lo;
 #endif
 
     // the row's own vectors
@@ -241,27 +269,20 @@ void main() {
 
     for (int base = 0; base < nitems; base += AT_BK) {
         int cnt = min(AT_BK, nitems - base);
-        // cooperative load of items base .. base + cnt - 1
-        AT_FOR_LOAD(ld) {
-            uint e = t + ld * AT_LOCAL;
-            if (e < uint(cnt) * AT_ITEMW) {
-                int u = base + int(e / AT_ITEMW);
-                uint c = e % AT_ITEMW, se = e / AT_ITEMW * AT_ISTR + c;
-#if AT_OP == AT_BWD_KV
-                IDX qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
-                float val;
-                if (c < AT_D) val = X0(qrow * AT_D + c);
-                else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
-                else val = X4(2u * qrow + (c - 2u * AT_D));
-                sh_tile[se] = val;
-#else
-                IDX koff = kvbase + IDX(lo + u) * AT_D;
-#if AT_OP == AT_LSE
-                sh_tile[se] = X1(koff + c);
-#else
-                sh_tile[se] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
-#endif
-#endif
+        // cooperative load of items base .. base + cnt - 1, in batches of
+        // AT_LU: every load of a batch is issued before any of its shared
+        // stores, so AT_LU global reads are in flight per invocation (a
+        // decoding step has a handful of workgroups: nothing else hides
+        // their latency)
+        for (uint lr = 0u; lr < AT_LOADS; lr += AT_LU) {
+            float lv[AT_LU];
+            [[unroll]] for (uint lu = 0u; lu < AT_LU; lu++) {
+                uint e = t + (lr + lu) * AT_LOCAL;
+                lv[lu] = e < uint(cnt) * AT_ITEMW ? at_fetch(e, base) : 0.0;
+            }
+            [[unroll]] for (uint lu = 0u; lu < AT_LU; lu++) {
+                uint e = t + (lr + lu) * AT_LOCAL;
+                if (e < uint(cnt) * AT_ITEMW) sh_tile[e / AT_ITEMW * AT_ISTR + e % AT_ITEMW] = lv[lu];
             }
         }
         memoryBarrierShared();

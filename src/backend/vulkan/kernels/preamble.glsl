@@ -247,6 +247,10 @@ MN_PG_READER(mn_rd_X5, bX5, X5_SHIFT, X5_PAGES)
 #ifndef MN_IDX64
 #define GID (gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * (gl_NumWorkGroups.x * gl_WorkGroupSize.x))
 #else
-// from the workgroup ids: gl_GlobalInvocationID.x wraps past 2^32 invocations
-#define GID (uint64_t(gl_GlobalInvocationID.x) + uint64_t(gl_GlobalInvocationID.y) * uint64_t(gl_NumWorkGroups.x * gl_WorkGroupSize.x))
+// from the workgroup ids in 64 bits: gl_GlobalInvocationID.x (and the
+// product of the counts) wrap past 2^32 invocations, which a grid of
+// 2^24 + 2^16 workgroups of 256 has (the H200 allows 2^31 - 1 in x; found
+// by bench_big's eltwise case: elements from 2^32 on were never written)
+#define GID ((uint64_t(gl_WorkGroupID.y) * uint64_t(gl_NumWorkGroups.x) + uint64_t(gl_WorkGroupID.x)) * \
+                 uint64_t(gl_WorkGroupSize.x) + uint64_t(gl_LocalInvocationID.x))
 #endif
