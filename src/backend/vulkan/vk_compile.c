@@ -1,6 +1,7 @@
 /* vk_compile.c - GLSL to SPIR-V with libshaderc (linked statically), through
- * the on-disk SPIR-V cache (vk_cache.c), and the compiler's identity that
- * keys that cache.
+ * the on-disk SPIR-V cache (vk_cache.c), the compiler's identity that keys
+ * that cache, and SPIR-V validation (SPIRV-Tools: binaries from a bundle).
+ * The one file that includes libspirv.h (it defines a global in C).
  *
  * Does not: read or write cache files itself (vk_cache.c), create shader
  * modules (vk_backend.c).
@@ -39,6 +40,25 @@ void vk_compiler_id(char *buf, size_t cap) {
              (int)OPT_LEVEL);
 }
 
+bool vk_spirv_valid(const uint32_t *words, size_t nwords, bool vulkan12, char *msg, size_t cap) {
+    spv_context ctx = spvContextCreate(vulkan12 ? SPV_ENV_VULKAN_1_2 : SPV_ENV_VULKAN_1_1);
+    if (!ctx) {
+        mn_fmt(msg, cap, "cannot create a SPIRV-Tools context");
+        return false;
+    }
+    spv_const_binary_t bin = {words, nwords};
+    spv_diagnostic diag = NULL;
+    const spv_result_t r = spvValidate(ctx, &bin, &diag);
+    if (r != SPV_SUCCESS) {
+        mn_fmt(msg, cap, "%.200s", diag && diag->error ? diag->error : "no message");
+        for (char *c = msg; *c; c++) /* one line in the log */
+            if (*c == '\n' || *c == '\r') *c = ' ';
+    }
+    spvDiagnosticDestroy(diag);
+    spvContextDestroy(ctx);
+    return r == SPV_SUCCESS;
+}
+
 mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
                      char *err, size_t cap) {
     char cid[512], path[1200];
@@ -51,6 +71,13 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
     if (use_cache && vk_spirv_load(path, &key, words, nwords)) {
         *cached = true;
         return MN_OK;
+    }
+    /* tests: prove a session was built without the compiler (a bundle) */
+    const char *nosc = getenv("MEGANEURA_FAULT_NO_SHADERC");
+    if (nosc && *nosc && strcmp(nosc, "0") != 0) {
+        mn_fmt(err, cap, "vulkan: kernel %s is not in the bundle or the cache, and MEGANEURA_FAULT_NO_SHADERC "
+               "forbids compiling it", name);
+        return MN_E_UNSUPPORTED;
     }
     shaderc_compiler_t comp = shaderc_compiler_initialize();
     shaderc_compile_options_t opt = shaderc_compile_options_initialize();

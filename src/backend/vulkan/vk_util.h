@@ -58,5 +58,8 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
 /* The compiler's identity: the shaderc, glslang and SPIRV-Tools releases,
  * the SPIR-V version and the compile options (one line, cut at cap). */
 void vk_compiler_id(char *buf, size_t cap);
+/* spirv-val of words for Vulkan 1.1 (1.2 with vulkan12); false with the
+ * validator's message in msg. */
+bool vk_spirv_valid(const uint32_t *words, size_t nwords, bool vulkan12, char *msg, size_t cap);
 
 #endif
