@@ -23,6 +23,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The functions declared here are the ones libmeganeura.so exports: the
+ * library is built with hidden visibility (-fvisibility=hidden) and a
+ * version script (cmake/exports.cmake) made from these headers. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 /* ---- Hugging Face checkpoints ---------------------------------------------- */
 
@@ -333,6 +339,9 @@ mn_status mn_llama_export(mn_llama *m, mn_session *s, const char *dir);
 /* config.json text for c (malloc'd, free() it); NULL when out of memory. */
 char *mn_llama_config_json(const mn_llama_config *c);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,12 @@
 extern "C" {
 #endif
 
+/* Exported from the shared library (built with hidden visibility and a
+ * version script generated from the public headers: cmake/exports.cmake). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* What the host created. The library checks what it needs and names what is
  * missing in the error: a Vulkan 1.1 device (1.2 for timeline semaphores in
  * mn_vulkan_submit), a queue family with VK_QUEUE_COMPUTE_BIT, and, only for
@@ -94,6 +100,10 @@ typedef struct mn_vulkan_submit {
  * semaphores. Pending mn_session_set_input uploads ride in the same
  * submission. sub may be NULL (plain run). */
 mn_status mn_session_run_vulkan(mn_session *s, const mn_vulkan_submit *sub);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

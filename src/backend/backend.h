@@ -104,6 +104,23 @@ typedef struct backend_vtable {
     void (*kernel_stats)(void *b, mn_kernel_stats *out);
 } backend_vtable;
 
+/* Device choice (device_pick.c). type_rank: 0 discrete GPU, 1 integrated,
+ * 2 virtual, 3 CPU, 4 other. want (MEGANEURA_DEVICE): an index, or a name
+ * substring (case-insensitive; the first match). Else the best kind present
+ * and, with local_rank >= 0 (a process started by an MPI launcher), the
+ * (local_rank mod count)-th device of that kind, so the ranks on one host
+ * take different GPUs. Returns the index, or -1 with a message in err. */
+typedef struct backend_device_desc {
+    const char *name;
+    int type_rank;
+} backend_device_desc;
+int backend_pick_device(const backend_device_desc *d, int n, const char *want, int local_rank, char *err,
+                        size_t cap);
+/* The process's rank among those on its host as the launcher tells it:
+ * MEGANEURA_LOCAL_RANK, else OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun);
+ * -1 when neither is set. */
+int backend_local_rank(void);
+
 /* The vtable of a backend kind, or NULL if this build lacks it. */
 const backend_vtable *backend_for(mn_backend_kind kind);
 

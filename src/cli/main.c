@@ -32,6 +32,7 @@
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -55,7 +56,11 @@ static void help_main(FILE *f) {
             "  -h, --help      show this help\n"
             "  --version       print the version\n"
             "\n"
-            "`meganeura <command> --help` lists the options of a command.\n"
+            "`meganeura <command> --help` lists the options of a command; `man meganeura`\n"
+            "describes them all. `train mnist` and `train lm` write a JSON-lines log of the\n"
+            "run with --log FILE.jsonl and draw its curves with --plot FILE.svg.\n"
+            "`mpirun -np N meganeura train ...` trains data-parallel on N processes\n"
+            "(--batch per process; rank 0 writes checkpoints and results).\n"
             "\n"
             "Run `make data` once to download MNIST before `train` or `eval`.\n",
             MN_VERSION_STRING);
@@ -83,7 +88,8 @@ int main(int argc, char **argv) {
         printf("meganeura %s\n", MN_VERSION_STRING);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    /* under mpirun a failed training ends every rank (dist.c) */
+    if (strcmp(cmd, "train") == 0) return cli_dist_end(cmd_train(argc - 1, argv + 1));
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);

@@ -150,6 +150,8 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         if (n->lr_mult != 1.0f) fprintf(f, " lr_mult=%.9g", (double)n->lr_mult);
         if (n->flags & NODE_F_FROZEN) fprintf(f, " frozen");
     }
+    if (n->flags & NODE_F_ROUND_BF16) fprintf(f, " operands=bf16");
+    if (n->flags & NODE_F_ROUND_F16) fprintf(f, " operands=f16");
     if (n->flags & NODE_F_OUTPUT) fprintf(f, " output");
     if (n->flags & NODE_F_LOSS) fprintf(f, " loss");
     fputc('\n', f);

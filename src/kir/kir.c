@@ -196,7 +196,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             const bool mm = o->fuse_matmul && matmul_member(g, m, r, &gr[r]);
             if (pos[m] < 0 || k->root[m] != m || !(mm || fusible(g, m))) continue;
             if (gr[r].matmul && !mm && !cheap_in_epilogue(mn->op)) continue;
-            if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ)) continue;
+            if (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ | NODE_F_SYNC)) continue;
             if (nuse[m] != 1 || user[m] != c || !broadcasts_to(mn, cn)) continue;
             if (writers[pos[r]] != writers[pos[m] + 1]) continue; /* an in-place write between them */
             if (gr[r].members >= KIR_MAX_MEMBERS || !fold(&next, &gr[r], g, m)) continue;

@@ -33,6 +33,24 @@ mn_session_options mn_session_default_options(void) {
     return o;
 }
 
+const char *mn_precision_name(mn_precision p) {
+    switch (p) {
+    case MN_PRECISION_STRICT: return "strict";
+    case MN_PRECISION_FAST_BF16: return "bf16";
+    case MN_PRECISION_FAST_F16: return "f16";
+    default: return "?";
+    }
+}
+
+/* The fast contract: every contraction of the session's graph (the user's
+ * and those autodiff added: the backward products) rounds its operands. */
+static void mark_precision(mn_graph *g, mn_precision p) {
+    if (p == MN_PRECISION_STRICT) return;
+    const uint32_t f = p == MN_PRECISION_FAST_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
+    for (int32_t i = 0; i < g->n; i++)
+        if (op_fuse_class(g->nodes[i].op) == FUSE_MATMUL) g->nodes[i].flags |= f;
+}
+
 const char *mn_session_error(const mn_session *s) { return s ? s->err : "no session (out of memory?)"; }
 
 static size_t real_size(const mn_session *s) { return s->iopt.f64 ? 8 : 4; }
@@ -164,6 +182,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
     if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
         return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
+    if ((st = session_dist_validate(s, s->err, sizeof s->err))) return st;
+    if ((int)o->precision < MN_PRECISION_STRICT || o->precision > MN_PRECISION_FAST_F16)
+        return fail(s, MN_E_INVALID, "session: unknown precision %d (strict, fast bf16, fast f16)", (int)o->precision);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     /* inference sessions keep the graph as given: mn_session_export_bundle writes it */
@@ -179,7 +200,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
+        if (!s->iopt.grads_only) session_dist_mark(s);
     }
+    mark_precision(g, o->precision);
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
     const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
@@ -249,6 +272,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
     if ((st = session_init_values(s))) return st;
+    if (!s->iopt.grads_only && (st = session_dist_build(s)))
+        return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     dump_env(s);
     return MN_OK;
 }
@@ -285,6 +310,7 @@ void mn_session_destroy(mn_session *s) {
     schedule_free(&s->sched);
     kir_free(&s->kernels);
     session_subsets_free(s);
+    session_dist_free(s->dist);
     mn_graph_destroy(s->g);
     mn_graph_destroy(s->user);
     free(s->grads);
@@ -350,8 +376,11 @@ mn_status mn_session_step(mn_session *s) {
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
     if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;
-    if ((st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err))) {
+    /* data parallel: forward + backward, all-reduce, updates (dist.c) */
+    st = s->dist ? session_dist_step(s) : s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err);
+    if (st) {
         s->have_loss = false;
+        if (s->dist) s->dead = true; /* the ranks' sequence of all-reduces is broken */
         return st;
     }
     s->have_loss = true;

@@ -74,6 +74,7 @@ struct mn_session {
     int nsubsets;
     uint8_t *host_bound; /* per node: bound to a host buffer (vulkan_host.c), or NULL */
     mn_graph *user;      /* inference sessions: the user's graph as given (an exported bundle's) */
+    struct session_dist *dist; /* data-parallel steps (dist.c), NULL for one process */
 };
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
@@ -99,6 +100,18 @@ uint64_t session_header_bound(const mn_session *s);
 /* Initial values of every parameter, state and input (init.c): the last
  * build step. */
 mn_status session_init_values(mn_session *s);
+/* Data-parallel training (dist.c, mn_session_options.dist). validate: the
+ * options; mark: flags the gradient roots NODE_F_SYNC (after autodiff and
+ * optim, before kernels are planned); build: buckets, the handshake with
+ * the other ranks, the communication thread (after the backend exists);
+ * step: executes the step's order with the all-reduce between the backward
+ * pass and the updates (mn_session_step, instead of one execute). */
+typedef struct session_dist session_dist;
+mn_status session_dist_validate(mn_session *s, char *err, size_t cap);
+mn_status session_dist_mark(mn_session *s);
+mn_status session_dist_build(mn_session *s);
+mn_status session_dist_step(mn_session *s);
+void session_dist_free(session_dist *x);
 /* Executes the whole order without touching step/hyper (grads_only sessions). */
 mn_status session_forward_backward(mn_session *s);
 

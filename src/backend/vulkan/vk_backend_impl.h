@@ -18,7 +18,10 @@
 #include "backend/vulkan/vk_util.h"
 #include "io/file.h"
 
-#define MAX_RECORDED 4
+/* node lists recorded per session: the step, the forward run, two output
+ * sets (mn_session_run_outputs) and, in data-parallel training, the step's
+ * parts between all-reduce points (session/dist.c: at most 32 buckets + 2) */
+#define MAX_RECORDED 40
 /* MEGANEURA_FAULT_NO_BARRIERS (tests): 1 or "dispatch" drops the barriers
  * between dispatches; "host" drops those around uploads and readbacks and
  * at the start and end of a recorded step; "all" both. */

@@ -6,7 +6,8 @@
  * A kernel is taken from the bundle when the GLSL this session generates is
  * byte for byte the GLSL the bundle holds under the key
  * SHA-256(bundle's compiler identity, GLSL) - the key of the on-disk cache
- * - and its SPIR-V passes spirv-val (SPIRV-Tools, linked with shaderc):
+ * - and its SPIR-V passes spirv-val (SPIRV-Tools, linked with shaderc; the
+ * cooperative-matrix pass's own check for the kernels it rewrote):
  * the words go to the driver, so a damaged or hand-made binary is refused
  * here (and the kernel compiled) rather than handed to it. A device whose
  * limits change the generated GLSL (workgroup sizes, binding sizes, paging)
@@ -26,7 +27,7 @@ bool vkb_bundle_spirv(const vkb *b, const char *src, uint32_t **words, size_t *n
     const kernel_entry *e = bsearch(key.b, ks->k, (size_t)ks->n, sizeof *ks->k, cmp_key);
     if (!e || strcmp(e->src, src) != 0) return false;
     char msg[256];
-    if (!vk_spirv_valid(e->words, e->nwords, b->c.props.apiVersion >= VK_API_VERSION_1_2, msg, sizeof msg)) {
+    if (!vk_spirv_valid(e->words, e->nwords, src, b->c.props.apiVersion >= VK_API_VERSION_1_2, msg, sizeof msg)) {
         mn_logf(MN_LOG_WARN, "vulkan: a kernel of the bundle fails SPIR-V validation (%s); compiling it instead", msg);
         return false;
     }

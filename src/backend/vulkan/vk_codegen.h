@@ -45,6 +45,12 @@ typedef struct vk_caps {
     uint32_t max_invocations;
     uint32_t max_groups[3];
     bool fp16, bf16, coopmat;
+    /* cooperative matrices the fast contract's GEMM uses (vk_gen_coopmat.c):
+     * 16x16x16 fragments at subgroup scope with f32 accumulators, f16 or
+     * bf16 operands, through VK_KHR_cooperative_matrix (+ shaderFloat16, or
+     * VK_KHR_shader_bfloat16's cooperative-matrix types), or f16 through
+     * VK_NV_cooperative_matrix; the Vulkan memory model enabled */
+    bool coopmat_f16, coopmat_bf16, coopmat_nv_f16;
     bool memory_budget; /* VK_EXT_memory_budget: heap budgets known */
     /* bytes one storage binding, one buffer and one allocation may hold: the
      * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
@@ -158,6 +164,29 @@ uint32_t vk_pick_local(const vk_caps *caps, uint64_t want);
  * MN_E_UNSUPPORTED. */
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap);
+
+/* A GEMM's problem: map 0 (matmul): op(A) [M,K] at z*saz + m*sam + k*sak,
+ * op(B) [K,N] at z*sbz + k*sbk + n*sbn (elements), C [batch, M, N]
+ * row-major; maps 1-3: a convolution's implicit GEMM (matmul.glsl's MM_MAP,
+ * the CV_* defines already emitted; the strides unused). a_kfast: A's
+ * consecutive k are (nearly) consecutive in memory; b_nfast: B's
+ * consecutive n are. */
+typedef struct vk_gemm_shape {
+    int64_t M, N, K, batch, saz, sam, sak, sbz, sbk, sbn;
+    int map;
+    bool a_kfast, b_nfast;
+} vk_gemm_shape;
+/* The fast contract's GEMM on cooperative matrices (vk_gen_coopmat.c):
+ * *used says whether it generated n (operands rounded, the device has the
+ * fragments, the problem large enough); if not, matmul.glsl runs it. */
+mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
+                              const vk_gemm_shape *s, char *err, size_t cap);
+/* SPIR-V passes a kernel asks for by defining MN_SPIRV_PASS (vk_compile
+ * applies them after glslang; vk_spirv_coopmat.c): NV cooperative matrices
+ * to KHR, with the 16-bit float type f16 or bf16. The version is part of
+ * the name, hence of the kernel cache key. */
+#define VK_SPIRV_PASS_COOPMAT "coopmat_khr_f16_v1"
+#define VK_SPIRV_PASS_COOPMAT_BF16 "coopmat_khr_bf16_v1"
 
 /* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */
 char *vk_codegen_source(const vk_kernel *k);

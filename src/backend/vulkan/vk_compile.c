@@ -3,6 +3,9 @@
  * that cache, and SPIR-V validation (SPIRV-Tools: binaries from a bundle).
  * The one file that includes libspirv.h (it defines a global in C).
  *
+ * Kernels that ask for it (MN_SPIRV_PASS) go through a SPIR-V pass after
+ * glslang (vk_spirv.h: cooperative matrices in the KHR form).
+ *
  * Does not: read or write cache files itself (vk_cache.c), create shader
  * modules (vk_backend.c).
  */
@@ -10,6 +13,7 @@
 #include <spirv-tools/libspirv.h>
 
 #include "backend/vulkan/vk_cache.h"
+#include "backend/vulkan/vk_spirv.h"
 #include "backend/vulkan/vk_util.h"
 
 #if __has_include(<glslang/build_info.h>)
@@ -40,7 +44,56 @@ void vk_compiler_id(char *buf, size_t cap) {
              (int)OPT_LEVEL);
 }
 
-bool vk_spirv_valid(const uint32_t *words, size_t nwords, bool vulkan12, char *msg, size_t cap) {
+/* The SPIR-V pass a kernel asks for with "#define MN_SPIRV_PASS <name>"
+ * (vk_codegen.h), applied to glslang's output before it is cached (the
+ * name, with its version, is in the source and so in the cache key). */
+enum { PASS_NONE, PASS_COOPMAT, PASS_COOPMAT_BF16, PASS_UNKNOWN };
+static int pass_of(const char *source, const char **name, size_t *len) {
+    const char *p = strstr(source, "\n#define MN_SPIRV_PASS ");
+    if (!p) return PASS_NONE;
+    p += strlen("\n#define MN_SPIRV_PASS ");
+    *name = p;
+    *len = strcspn(p, " \n");
+    if (*len == strlen(VK_SPIRV_PASS_COOPMAT) && !strncmp(p, VK_SPIRV_PASS_COOPMAT, *len)) return PASS_COOPMAT;
+    if (*len == strlen(VK_SPIRV_PASS_COOPMAT_BF16) && !strncmp(p, VK_SPIRV_PASS_COOPMAT_BF16, *len))
+        return PASS_COOPMAT_BF16;
+    return PASS_UNKNOWN;
+}
+
+static mn_status apply_pass(uint32_t **words, size_t *nwords, const char *source, const char *name, char *err,
+                            size_t cap) {
+    const char *p = NULL;
+    size_t len = 0;
+    const int pass = pass_of(source, &p, &len);
+    if (pass == PASS_NONE) return MN_OK;
+    const bool bf16 = pass == PASS_COOPMAT_BF16;
+    if (pass == PASS_UNKNOWN) {
+        mn_fmt(err, cap, "vulkan: kernel %s asks for an unknown SPIR-V pass '%.*s'", name, (int)(len < 64 ? len : 64), p);
+        return MN_E_INVALID;
+    }
+    uint32_t *out;
+    size_t nout;
+    char msg[400];
+    mn_status st = vk_spirv_coopmat_khr(&out, &nout, *words, *nwords, bf16, msg, sizeof msg);
+    if (st) {
+        mn_fmt(err, cap, "vulkan: kernel %s: %s", name, msg);
+        return st;
+    }
+    free(*words);
+    *words = out, *nwords = nout;
+    return MN_OK;
+}
+
+bool vk_spirv_valid(const uint32_t *words, size_t nwords, const char *source, bool vulkan12, char *msg, size_t cap) {
+    const char *pn = NULL;
+    size_t pl = 0;
+    const int pass = pass_of(source, &pn, &pl);
+    if (pass == PASS_UNKNOWN) {
+        mn_fmt(msg, cap, "an unknown SPIR-V pass");
+        return false;
+    }
+    /* the KHR cooperative-matrix form postdates this SPIRV-Tools: the pass's own check */
+    if (pass != PASS_NONE) return vk_spirv_check_khr(words, nwords, pass == PASS_COOPMAT_BF16, msg, cap) == MN_OK;
     spv_context ctx = spvContextCreate(vulkan12 ? SPV_ENV_VULKAN_1_2 : SPV_ENV_VULKAN_1_1);
     if (!ctx) {
         mn_fmt(msg, cap, "cannot create a SPIRV-Tools context");
@@ -102,7 +155,13 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
         if (!*words) st = MN_E_NOMEM;
         else {
             memcpy(*words, shaderc_result_get_bytes(res), len);
-            if (use_cache) vk_spirv_store(path, &key, *words, *nwords);
+            st = apply_pass(words, nwords, source, name, err, cap);
+            if (st) {
+                free(*words);
+                *words = NULL;
+            } else if (use_cache) {
+                vk_spirv_store(path, &key, *words, *nwords);
+            }
         }
     }
     shaderc_result_release(res);

@@ -14,9 +14,10 @@
  * register per distinct (tensor, strides) read.
  *
  * A group with a matmul member (kir.h) is that matmul's kernel
- * (matmul.glsl, or gemv.glsl for a few rows; its operands bound first) with the rest of the group as
- * MM_EPILOGUE(i, acc): the matmul's value `acc` of output element i goes
- * through the members, in registers, and only the root is stored.
+ * (matmul.glsl, gemv.glsl for a few rows, or matmul_coopmat.glsl; its
+ * operands bound first) with the rest of the group as MM_EPILOGUE(i, acc):
+ * the matmul's value `acc` of output element i goes through the members, in
+ * registers, and only the root is stored.
  *
  * Does not: fuse across shapes (reductions), or decide what to fuse
  * (kir.c).
@@ -84,7 +85,8 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
     if (mmj >= 0) {
         const node *mn = &g->nodes[ids[mmj]];
         if ((st = vk_codegen_node(scratch, g, ids[mmj], NULL, caps, err, cap))) goto out;
-        if (!scratch->tmpl || (strcmp(scratch->tmpl, "matmul") != 0 && strcmp(scratch->tmpl, "gemv") != 0) ||
+        if (!scratch->tmpl ||
+            (strcmp(scratch->tmpl, "matmul") && strcmp(scratch->tmpl, "gemv") && strcmp(scratch->tmpl, "matmul_coopmat")) ||
             node_numel(mn) != node_numel(rn)) {
             st = ffail(g, root, err, cap, "a matmul member that is not a GEMM of the root's shape");
             goto out;

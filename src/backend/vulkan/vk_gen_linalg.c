@@ -6,7 +6,11 @@
  * operand maps (MM_MAP) turn a convolution into an implicit GEMM; the tile
  * shape is picked here from the problem size and the device's shared-memory
  * limit. Small or thin convolutions (few channels per group, depthwise) use
- * the direct kernels conv2d*.glsl. Pools use maxpool2d*.glsl, exact.
+ * the direct kernels conv2d*.glsl (not in the fast contract, whose operand
+ * rounding is the GEMM's: MM_RND). A GEMM of the fast contract (matmul or
+ * convolution) goes to vk_gen_coopmat.c first, where the device has
+ * cooperative matrices.
+ * Pools use maxpool2d*.glsl, exact.
  * Every shape, stride and tile size is baked in as a #define.
  *
  * Does not: compile or dispatch (vk_compile.c, the runtime), nor generate
@@ -135,6 +139,12 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t batch, bool a_kfast, bool b_kfast, char *err,
                            size_t cap) {
+    if (map != MAP_MATMUL) { /* a convolution of the fast contract: cooperative matrices first */
+        const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast};
+        bool used;
+        mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+        if (st || used) return st;
+    }
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
     vk_def(k, "MM_M", "%lld", (long long)M);
@@ -152,6 +162,9 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0);
     vk_def(k, "MM_A_KFAST", "%d", a_kfast);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    /* the fast contract without cooperative matrices: rounded operands */
+    if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
+    if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
     uint64_t tiles[3] = {cdiv((uint64_t)M, c.bm), cdiv((uint64_t)N, c.bn), (uint64_t)batch};
     for (int d = 0; d < 3; d++) {
         uint64_t lim = caps->max_groups[d] ? caps->max_groups[d] : 65535;
@@ -178,8 +191,8 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
  * MN_E_UNSUPPORTED when the device cannot take it (the caller then uses the
  * GEMM). On an H200 the tiled GEMM took 15 us for a 1 x 576 @ 576 x 1536
  * product (decode profile, docs/PERF.md) that reads 3.5 MB. */
-static mn_status gemv_emit(vk_kernel *k, const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch,
-                           bool b_kfast) {
+static mn_status gemv_emit(vk_kernel *k, const node *n, const vk_caps *caps, int64_t M, int64_t N, int64_t K,
+                           int64_t batch, bool b_kfast) {
     uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
     uint32_t nt = maxinv >= 256 ? 256 : 128, tl, nl;
     if (b_kfast) {
@@ -211,6 +224,9 @@ static mn_status gemv_emit(vk_kernel *k, const vk_caps *caps, int64_t M, int64_t
     vk_def(k, "GV_NL", "%u", nl);
     vk_def(k, "GV_TL", "%u", tl);
     vk_def(k, "GV_KC", "%lluu", (unsigned long long)kc);
+    /* the fast contract rounds each operand as it is loaded (matmul.glsl's rule) */
+    if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
+    if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
     k->local[0] = nt, k->local[1] = 1, k->local[2] = 1;
     k->groups[0] = (uint32_t)(gx ? gx : 1), k->groups[1] = 1, k->groups[2] = (uint32_t)(gz ? gz : 1);
     return MN_OK;
@@ -235,7 +251,12 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
     vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
     vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
-    if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, caps, M, N, K, batch, sbk == 1) == MN_OK)
+    const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn,
+                              MAP_MATMUL, sak == 1, sbn == 1};
+    bool used;
+    mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+    if (st || used) return st;
+    if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, n, caps, M, N, K, batch, sbk == 1) == MN_OK)
         return MN_OK;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);
@@ -274,7 +295,9 @@ static void conv_defs(vk_kernel *k, const conv_geo *c) {
 /* The implicit GEMM pays when both output dimensions of the per-group
  * product fill a tile reasonably and there is enough work; otherwise the
  * direct kernels do better (depthwise: one channel per group). */
-static bool conv_use_gemm(int64_t M, int64_t N, int64_t K) {
+static bool conv_use_gemm(const node *n, int64_t M, int64_t N, int64_t K) {
+    /* the fast contract's rounding lives in the GEMM's loads (MM_RND) */
+    if (node_round16(n) != MN_ROUND_NONE) return true;
     return M >= 32 && N >= 16 && K >= 8 && M * N * K >= (int64_t)1 << 18;
 }
 
@@ -283,7 +306,7 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
     conv_defs(k, &c);
     const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false,
@@ -303,7 +326,7 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
     conv_defs(k, &c);
     const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups,
@@ -322,7 +345,7 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true,
                          true, err, cap);
     }

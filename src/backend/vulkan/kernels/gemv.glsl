@@ -23,6 +23,9 @@
 // Does not: handle convolutions (matmul.glsl's operand maps), use subgroup
 // operations, or split K across workgroups.
 
+#ifndef MM_RND
+#define MM_RND(x) (x) /* the fast contract: each operand rounded as it is loaded (matmul.glsl) */
+#endif
 #define NT (GV_NL * GV_TL)
 #define NBLOCKS ((MM_N + GV_NL - 1) / GV_NL)
 #if MM_B_KFAST
@@ -56,9 +59,9 @@ void main() {
             uint k1 = min(uint(MM_K), (t + 1u) * GV_KC);
             for (uint k = t * GV_KC; k < k1; k++) {
 #endif
-                float b = X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN);
+                float b = MM_RND(X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN));
                 [[unroll]] for (uint m = 0; m < MM_M; m++)
-                    acc[m] = fma(X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK), b, acc[m]);
+                    acc[m] = fma(MM_RND(X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK)), b, acc[m]);
             }
         }
         [[unroll]] for (uint m = 0; m < MM_M; m++) red[m][lid] = acc[m];

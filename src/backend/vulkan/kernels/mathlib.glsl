@@ -198,3 +198,27 @@ uint pw_mix32(uint h) {
     h ^= h >> 16;
     return h;
 }
+
+// The fast contract's operand rounding (core/round16.h, the same bits): the
+// nearest bf16 / f16 value of x, ties to even, returned as a float. Integer
+// arithmetic only, so it needs no 16-bit type and rounds the same on every
+// device. f16: subnormals kept, |x| >= 65520 becomes inf.
+float mn_round_bf16(float x) {
+    uint u = floatBitsToUint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    return uintBitsToFloat((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+float mn_round_f16(float x) {
+    uint u = floatBitsToUint(x), a = u & 0x7fffffffu, sgn = u & 0x80000000u;
+    if (a >= 0x7f800000u) return x;
+    if (a >= 0x477ff000u) return uintBitsToFloat(sgn | 0x7f800000u);
+    if (a >= 0x38800000u) return uintBitsToFloat(sgn | ((a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u));
+    // subnormal f16 (|x| < 2^-14): k 2^-24 with k = |x| 2^24 rounded to even,
+    // in integers (devices may flush subnormal float arithmetic): |x| =
+    // m 2^(E - 150), so |x| 2^24 = m >> (126 - E); below 2^-25 it is 0
+    int sh = 126 - int(a >> 23);
+    if (sh > 24) return uintBitsToFloat(sgn);
+    uint m = (a & 0x7fffffu) | 0x800000u;
+    uint k = (m + (1u << uint(sh - 1)) - 1u + ((m >> uint(sh)) & 1u)) >> uint(sh);
+    return uintBitsToFloat(sgn | floatBitsToUint(float(k) * (1.0 / 16777216.0)));
+}

@@ -31,6 +31,11 @@
 // order from 0 (or the bias), which is the CPU reference's order; padding
 // terms add +0. Splits sum interleaved runs of k and round differently.
 //
+// The fast contract on devices without cooperative matrices: MM_RND(x)
+// (mn_round_bf16 / mn_round_f16 of mathlib.glsl) rounds each operand
+// element as it is loaded; the products of rounded values are exact in f32,
+// so with MM_KS == 1 the results equal the CPU reference's bit for bit.
+//
 // A fused group (vk_gen_fused.c) defines MM_EPILOGUE(i, acc): the
 // statements that take output element i's value through the group's
 // pointwise members and store the group's result at Y(i) instead.
@@ -38,6 +43,9 @@
 // Does not: split K across workgroups (no atomics, no scratch), use
 // cooperative matrices or vector global loads.
 
+#ifndef MM_RND
+#define MM_RND(x) (x)
+#endif
 #define LX (MM_BN / MM_TN)
 #define LY (MM_BM / MM_TM)
 #define NT (LX * LY) // invocations per split
@@ -135,7 +143,7 @@ void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
 #endif
         uint m = m0 + mm, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_a(z, m, k);
+        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_a(z, m, k));
         ra[i] = v;
     }
     [[unroll]] for (uint i = 0; i < LB; i++) {
@@ -147,7 +155,7 @@ void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
 #endif
         uint n = n0 + nn, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_b(z, k, n);
+        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_b(z, k, n));
         rb[i] = v;
     }
 }
