@@ -4,8 +4,8 @@
  * Sections (io/bundle.h is the container):
  *   info      "MNIN", u32 version (1), u32 count (<= 256), then per entry
  *             u16 key length (1..255), key, u32 value length (<= 64 KiB),
- *             value: meganeura.version, meganeura.backend, meganeura.device
- *             (Vulkan) and the session's own metadata (mn_session_set_meta),
+ *             value: meganeura.version, meganeura.backend, meganeura.device,
+ *             meganeura.precision and the session's own metadata (mn_session_set_meta),
  *             UTF-8, keys without control characters, no key twice
  *   graph     the user's graph (graph/serial.h)
  *   weights   a safetensors file of every parameter (F32)
@@ -286,14 +286,15 @@ mn_status mn_session_export_bundle(mn_session *s, const char *path) {
     /* the backend's kernels and pipeline-cache data */
     if (!st && s->be->export_kernels && (st = s->be->export_kernels(s->bk, &ks, err, sizeof err))) goto done;
     if (!st) {
-        const int nkv = 3 + s->nmeta;
+        const int nkv = 4 + s->nmeta;
         if (!(kv = malloc(2 * (size_t)nkv * sizeof *kv))) {
             st = MN_E_NOMEM;
         } else {
             kv[0] = "meganeura.version", kv[1] = MN_VERSION_STRING;
             kv[2] = "meganeura.backend", kv[3] = s->be->name;
             kv[4] = "meganeura.device", kv[5] = ks.compiler_id ? ks.device_name : "cpu";
-            for (int i = 0; i < 2 * s->nmeta; i++) kv[6 + i] = s->meta[i];
+            kv[6] = "meganeura.precision", kv[7] = mn_precision_name(s->opt.precision);
+            for (int i = 0; i < 2 * s->nmeta; i++) kv[8 + i] = s->meta[i];
             info_encode(&iw, kv, nkv);
         }
         if (ks.n) kernels_encode(&kw, &ks);
