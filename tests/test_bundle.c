@@ -262,6 +262,20 @@ static void test_session_bundle(void) {
     CHECK(mn_session_create_from_bundle(&s, b, &o) == MN_E_IO);
     mn_session_destroy(s);
     CHECK(mn_session_create_from_bundle(NULL, a, &o) == MN_E_INVALID);
+    /* metadata a bundle cannot hold is refused at export, not at load */
+    mn_graph *g = toy_graph();
+    CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
+    char *big = malloc((64u << 10) + 2);
+    memset(big, 'v', (64u << 10) + 1);
+    big[(64u << 10) + 1] = 0;
+    CHECK_OK(mn_session_set_meta(s, "notes", big), mn_session_error(s));
+    path_in(b, sizeof b, "big-meta.mnb");
+    CHECK(mn_session_export_bundle(s, b) == MN_E_UNSUPPORTED && strstr(mn_session_error(s), "'notes'"));
+    struct stat sb;
+    CHECK(stat(b, &sb) != 0); /* nothing written */
+    free(big);
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
 }
 
 /* ---- 3. hostile containers --------------------------------------------------- */

@@ -280,11 +280,36 @@ mn_status mn_session_export_bundle(mn_session *s, const char *path) {
         if (n->op != OP_PARAM) continue;
         const size_t cnt = (size_t)node_numel(n);
         if (!(bufs[k] = malloc(cnt * 4 + 1))) st = MN_E_NOMEM;
-        else if ((st = session_read_f32(s, i, bufs[k], cnt))) goto done;
+        else if ((st = session_read_f32(s, i, bufs[k], cnt))) {
+            mn_fmt(err, sizeof err, "reading '%s': %s", n->name, s->err);
+            goto done;
+        }
         else e[k] = (st_entry){n->name, "F32", n->rank, n->shape, bufs[k], cnt * 4}, k++;
     }
     /* the backend's kernels and pipeline-cache data */
     if (!st && s->be->export_kernels && (st = s->be->export_kernels(s->bk, &ks, err, sizeof err))) goto done;
+    /* nothing the reader would refuse: the session's metadata and kernels within the sections' limits */
+    if (!st && 4 + s->nmeta > INFO_MAX) {
+        mn_fmt(err, sizeof err, "%d metadata entries (a bundle holds at most %d)", s->nmeta, INFO_MAX - 4);
+        st = MN_E_UNSUPPORTED;
+    }
+    for (int i = 0; !st && i < s->nmeta; i++)
+        if (strlen(s->meta[2 * i]) > MN_MAX_NAME || strlen(s->meta[2 * i + 1]) > INFO_MAX_VALUE) {
+            char k[IO_ESC_NAME];
+            mn_fmt(err, sizeof err, "metadata '%s': a bundle holds keys of at most %d bytes and values of at most %u",
+                   io_esc(k, sizeof k, s->meta[2 * i]), MN_MAX_NAME, INFO_MAX_VALUE);
+            st = MN_E_UNSUPPORTED;
+        }
+    if (!st && ks.n > KS_MAX) st = MN_E_UNSUPPORTED, mn_fmt(err, sizeof err, "%d kernels (at most %d)", ks.n, KS_MAX);
+    for (int i = 0; !st && i < ks.n; i++)
+        if (strlen(ks.k[i].src) > KS_MAX_SRC || ks.k[i].nwords > KS_MAX_WORDS)
+            st = MN_E_UNSUPPORTED, mn_fmt(err, sizeof err, "a kernel of %zu bytes of GLSL and %zu SPIR-V words (at "
+                                          "most %u and %u)", strlen(ks.k[i].src), ks.k[i].nwords, KS_MAX_SRC,
+                                          KS_MAX_WORDS);
+    if (!st && ks.pipeline_bytes > PIPELINE_MAX) { /* optional: dropped rather than refused */
+        free(ks.pipeline);
+        ks.pipeline = NULL, ks.pipeline_bytes = 0;
+    }
     if (!st) {
         const int nkv = 4 + s->nmeta;
         if (!(kv = malloc(2 * (size_t)nkv * sizeof *kv))) {
