@@ -257,8 +257,8 @@ static int bench_infer(const char *dir, mn_backend_kind be, int64_t P, int64_t D
         }
         const double fm = median(pre, runs);
         printf("{\"bench\": \"lm_forward\", \"model\": \"%s\", \"backend\": \"%s\", \"tokens\": %" PRId64
-               ", \"forward_ms\": %.3f}\n",
-               dir, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", F, fm);
+               ", \"forward_ms\": %.3f, \"kernels\": %ld}\n",
+               dir, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", F, fm, kernel_count(s));
     }
     rc = 0;
 done:

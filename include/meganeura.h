@@ -174,6 +174,10 @@ mn_status mn_tanh(mn_graph *g, mn_tensor *out, mn_tensor x);
 mn_status mn_gelu(mn_graph *g, mn_tensor *out, mn_tensor x);      /* erf form */
 mn_status mn_gelu_tanh(mn_graph *g, mn_tensor *out, mn_tensor x); /* tanh approximation */
 mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* sin and cos of x in radians; Vulkan to a few ulp for |x| < 1e5 (its own
+ * range reduction, not the builtins). Gradients cos(x) and -sin(x). */
+mn_status mn_sin(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_cos(mn_graph *g, mn_tensor *out, mn_tensor x);
 /* Reductions over one axis (negative counts from the end) or MN_ALL_AXES. */
 mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
 mn_status mn_mean(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);

@@ -135,7 +135,7 @@ OPS = {
     "add": "a:t b:t", "sub": "a:t b:t", "mul": "a:t b:t", "div": "a:t b:t",
     "scale": "x:t s:f",
     "neg": "x:t", "exp": "x:t", "log": "x:t", "sqrt": "x:t", "rsqrt": "x:t", "relu": "x:t",
-    "sigmoid": "x:t", "tanh": "x:t", "gelu": "x:t", "gelu_tanh": "x:t", "silu": "x:t",
+    "sigmoid": "x:t", "tanh": "x:t", "gelu": "x:t", "gelu_tanh": "x:t", "silu": "x:t", "sin": "x:t", "cos": "x:t",
     "abs": "x:t", "softmax": "x:t", "log_softmax": "x:t", "stop_gradient": "x:t",
     "global_avg_pool": "x:t", "upsample_nearest2x": "x:t",
     "sum": "x:t axis:i=127 keepdim:b=False",

@@ -59,6 +59,8 @@ typedef struct program {
      * later in order, computes it). NULL: every node is its own kernel.
      * Only for backends with fuse_pointwise. */
     const int32_t *kernel_root;
+    /* kernel_kind[r]: the kir_kind of the kernel rooted at r (kir.h), or NULL */
+    const uint8_t *kernel_kind;
     /* Optional: kernels to take before compiling (kernel_set above; the
      * backend may use it only while create runs). */
     const kernel_set *kernels;

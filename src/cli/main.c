@@ -6,6 +6,8 @@
  *   meganeura generate --model DIR --prompt TEXT ...   cmd_lm.c
  *   meganeura eval mnist (--checkpoint FILE | --bundle FILE) [options]   cmd_mnist.c
  *   meganeura export --checkpoint FILE --out FILE.mnb [options]   cmd_export.c
+ *   meganeura classify --model FILE IMAGE...     cmd_classify.c
+ *   meganeura transcribe --model DIR FILE.wav... cmd_transcribe.c
  *   meganeura inspect FILE.safetensors | FILE.mnb      cmd_inspect.c
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]   cmd_data.c
  *   meganeura devices                            cmd_devices.c
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/cmd_classify.h"
 #include "cli/cmd_data.h"
 #include "cli/cmd_devices.h"
 #include "cli/cmd_export.h"
@@ -33,6 +36,7 @@
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
 #include "cli/dist.h"
+#include "cli/cmd_transcribe.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -48,6 +52,8 @@ static void help_main(FILE *f) {
             "  generate        continue a prompt with a Hugging Face Llama-family model\n"
             "  eval mnist      evaluate a checkpoint or a bundle on the MNIST test images\n"
             "  export          write an inference bundle (graph, weights, kernels) of a checkpoint\n"
+            "  classify        classify PNG/JPEG images with a torchvision ResNet\n"
+            "  transcribe      speech to text (WAV) with a Hugging Face Whisper model\n"
             "  inspect FILE    list the metadata and tensors of a safetensors file or a bundle\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "  devices         list the Vulkan devices, their limits and extensions\n"
@@ -93,6 +99,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
+    if (strcmp(cmd, "classify") == 0) return cmd_classify(argc - 1, argv + 1);
+    if (strcmp(cmd, "transcribe") == 0) return cmd_transcribe(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);

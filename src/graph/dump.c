@@ -78,7 +78,7 @@ static void dump_attrs(const node *n, FILE *f) {
         break;
     }
     case OP_SUMSQ:
-        if (sumsq_rows(n)) fprintf(f, " rows");
+        if (sumsq_block(n)) fprintf(f, " block=%lld", (long long)sumsq_block(n));
         break;
     case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)ce_attrs_of(n).ignore_index); break;
     case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM_BWD: fprintf(f, " eps=%.9g", norm_attrs_of(n).eps); break;

@@ -159,6 +159,33 @@ static mn_status loss_own_storage(mn_graph *g) {
     return MN_OK;
 }
 
+/* The memory plan's parallel regions of the multi-update kernels (kir.h):
+ * lanes parameter, gradient, then the state tensors (momentum; m, v). */
+static mn_status parallel_regions(const mn_session *s, memplan_parallel **par, int32_t **lanes) {
+    const kir *k = &s->kernels;
+    *par = NULL;
+    *lanes = NULL;
+    if (!k->nmulti) return MN_OK;
+    size_t total = 0;
+    for (int32_t i = 0; i < k->nmulti; i++) total += (size_t)k->multi[i].n * MP_MAX_LANES;
+    *par = calloc((size_t)k->nmulti, sizeof **par);
+    *lanes = malloc(total * sizeof **lanes);
+    if (!*par || !*lanes) return MN_E_NOMEM;
+    size_t at = 0;
+    for (int32_t i = 0; i < k->nmulti; i++) {
+        const kir_multi *m = &k->multi[i];
+        const int nl = s->g->nodes[m->root].op == OP_ADAM_UPDATE ? 4 : 3;
+        (*par)[i] = (memplan_parallel){m->n, nl, *lanes + at};
+        for (int32_t j = 0; j < m->n; j++) {
+            const node *u = &s->g->nodes[k->multi_ids[m->first + j]];
+            (*lanes)[at++] = u->in[0];
+            (*lanes)[at++] = u->in[1];
+            for (int l = 2; l < nl; l++) (*lanes)[at++] = u->in[l];
+        }
+    }
+    return MN_OK;
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
     const mn_session_options *o = &s->opt;
@@ -245,27 +272,45 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         for (int32_t i = 0; i < s->nuser; i++)
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
     st = schedule_build(&s->sched, g, live, fwd);
+    /* the device first (the session's own when none is shared): its limit
+     * on one binding is the memory plan's chunk size and bounds the
+     * multi-tensor kernels' regions */
+    const bool plan_only = s->iopt.plan_only;
+    if (!st && !plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
+        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    const uint64_t chunk = st ? 0 : plan_only ? s->iopt.plan_chunk
+                           : s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
     if (!st) {
         kir_options ko;
-        char kerr[160];
-        if ((st = kir_options_from_env(&ko, s->be->fuse_pointwise, kerr, sizeof kerr))) fail(s, st, "session: %s", kerr);
-        else st = kir_build(&s->kernels, g, &s->sched, &ko);
+        char kerr[200];
+        if ((st = kir_options_from_env(&ko, s->be->fuse_pointwise, kerr, sizeof kerr))) {
+            fail(s, st, "session: %s", kerr);
+        } else {
+            ko.multi_bytes = memplan_chunk(g, live, chunk, real_size(s));
+            st = kir_build(&s->kernels, g, &s->sched, &ko);
+        }
     }
-    /* the device first (the session's own when none is shared): its limit
-     * on one binding is the memory plan's chunk size */
-    if (!st && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
-        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    memplan_parallel *par = NULL;
+    int32_t *lanes = NULL;
+    if (!st && (st = parallel_regions(s, &par, &lanes))) fail(s, st, "session: out of memory");
     if (!st) {
-        uint64_t chunk = s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
-        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk, s->kernels.fused ? s->kernels.root : NULL};
+        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk, s->kernels.fused ? s->kernels.root : NULL,
+                              par, s->kernels.nmulti};
         st = memplan_build(&s->plan, g, s->sched.order, s->sched.n, live, &mo, s->err, sizeof s->err);
     }
+    free(par);
+    free(lanes);
     free(live);
     free(fwd);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
+    if (plan_only) {
+        dump_env(s);
+        return MN_OK;
+    }
     /* the backend keeps pointers into the program: it lives in the session */
     s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
-                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->iopt.kernels, !training};
+                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->kernels.fused ? s->kernels.kind : NULL,
+                        s->iopt.kernels, !training};
     if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
     if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
@@ -328,6 +373,7 @@ static mn_status alive(mn_session *s) {
         if (!s->err[0]) fail(s, MN_E_STATE, "session is not usable");
         return MN_E_STATE;
     }
+    if (s->iopt.plan_only) return fail(s, MN_E_STATE, "session: a plan-only session runs nothing");
     return MN_OK;
 }
 

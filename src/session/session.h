@@ -20,6 +20,14 @@ typedef struct session_internal_options {
                         stay readable through session_grad_of() */
     uint64_t header_limit; /* checkpoint header limit in bytes; 0: the safetensors
                               limit (ST_MAX_HEADER_BYTES); tests lower it */
+    /* Plan only: build up to the kernel and memory plans of the session's
+     * backend (its fusion, MEGANEURA_FUSION honoured) without opening a
+     * device, allocating or initialising anything; the memory plan uses
+     * chunks of plan_chunk bytes (0: none) in place of the device's
+     * binding limit. Such a session answers dumps and memory queries only
+     * (tests and tools counting dispatches of full-size models). */
+    bool plan_only;
+    uint64_t plan_chunk;
     const kernel_set *kernels; /* precompiled kernels (a bundle), used while the session is built */
 } session_internal_options;
 

@@ -245,6 +245,8 @@ KN_UNARY(tanh, tanh(v))
 KN_UNARY(gelu, KN(gelu1)(v))
 KN_UNARY(gelu_tanh, KN(gelu_tanh1)(v))
 KN_UNARY(silu, v * KN(sigmoid1)(v))
+KN_UNARY(sin, sin(v))
+KN_UNARY(cos, cos(v))
 #undef KN_UNARY
 
 KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
@@ -710,6 +712,8 @@ static inline real KN(dunary)(op_id op, real x, real y) {
         const real s = KN(sigmoid1)(x);
         return s * ((real)1 + x * ((real)1 - s));
     }
+    case OP_SIN: return cos(x);
+    case OP_COS: return -sin(x);
     default: MN_ASSERT(!"unary_bwd: the forward op is not a differentiable unary op"); return 0;
     }
 }
@@ -819,16 +823,16 @@ KN_DEF(step_gate) {
     (void)g;
 }
 
-/* x -> sum(x*x), scalar, or one per row of the last axis. */
+/* x -> sum(x*x), scalar, or one per block of sumsq_block consecutive elements. */
 KN_DEF(sumsq) {
     const real *x = in[0];
-    const int64_t cnt = kn_numel(kn_in(g, n, 0)), len = sumsq_rows(n) ? KN(lastdim)(kn_in(g, n, 0)) : cnt;
-    for (int64_t r = 0; len > 0 && r < cnt / len; r++) {
+    const int64_t cnt = kn_numel(kn_in(g, n, 0)), len = sumsq_block(n) > 0 ? sumsq_block(n) : cnt;
+    const int64_t nb = sumsq_block(n) > 0 ? sumsq_blocks(cnt, len) : 1;
+    for (int64_t r = 0; r < nb; r++) {
         double s = 0;
-        for (int64_t i = r * len; i < (r + 1) * len; i++) s += (double)x[i] * (double)x[i];
+        for (int64_t i = r * len; i < (r + 1) * len && i < cnt; i++) s += (double)x[i] * (double)x[i];
         ((real *)out)[r] = (real)s;
     }
-    if (len == 0) *(real *)out = 0;
 }
 
 /* abs, clamp, pow, where, dropout, pw_bwd, ce_count */

@@ -62,7 +62,7 @@ static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
     const node_rt *rt = &b->rt[id];
     int na = 0;
     for (int k = 0; k < rt->nopnd; k++) {
-        operand_span o = vkb_operand(b, rt->opnd[k]);
+        operand_span o = vkb_operand_of(b, rt, k);
         if (!o.live) continue;
         acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.span};
         if (rt->written & (1u << k)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.span};

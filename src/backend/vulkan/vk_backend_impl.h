@@ -43,6 +43,10 @@ typedef struct node_rt {
     /* the dispatch's operands: opnd[0] = the output (the node), then the
      * inputs (the node's, or a fused group's input tensors, kir.h) */
     int32_t opnd[MAX_OPERANDS];
+    /* bit j: operand j is the range of a parallel region from opnd[j]'s
+     * storage to opnd_last[j]'s end (multi-tensor kernels, vk_gen_multi.c) */
+    int32_t opnd_last[MAX_OPERANDS];
+    uint8_t ranged;
     uint8_t nopnd;
     uint8_t written; /* bit j: operand j >= 1 is written in place too */
 } node_rt;
@@ -164,6 +168,8 @@ VkBuffer vkb_chunk_at(const vkb *b, int a, VkDeviceSize off, VkDeviceSize *local
 mn_status vkb_make_arenas(vkb *b, char *err, size_t cap);
 /* vk_memory.c: where a tensor lives: buffer, binding, element offset, hazard span. */
 operand_span vkb_operand(const vkb *b, int32_t id);
+/* vk_memory.c: operand j of a dispatch: vkb_operand, or a region's range. */
+operand_span vkb_operand_of(const vkb *b, const node_rt *rt, int j);
 /* vk_memory.c: page j of a paged tensor, as a descriptor. */
 VkDescriptorBufferInfo vkb_page_info(const vkb *b, int32_t id, uint32_t j);
 /* vk_pipeline.c: generates, compiles (or finds) and lays out every dispatch's kernel. */

@@ -259,6 +259,7 @@ static void read_caps(VkInstance inst, VkPhysicalDevice d, const VkPhysicalDevic
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
     vkGetPhysicalDeviceFeatures2(d, &f2);
     caps->dynamic_index = f2.features.shaderStorageBufferArrayDynamicIndexing != 0;
+    caps->int64 = f2.features.shaderInt64 != 0;
     caps->nonuniform = v12 && dix.shaderStorageBufferArrayNonUniformIndexing != 0;
     caps->max_stage_buffers = p->limits.maxPerStageDescriptorStorageBuffers < p->limits.maxDescriptorSetStorageBuffers
                                   ? p->limits.maxPerStageDescriptorStorageBuffers
@@ -294,6 +295,35 @@ static void read_caps(VkInstance inst, VkPhysicalDevice d, const VkPhysicalDevic
     caps->loop_limit = driver_loop_limit(d, p);
 }
 
+/* A decimal count of environment variable `name` (digits only, no sign or
+ * space): false if malformed. */
+static bool env_count(const char *v, uint64_t *out) {
+    uint64_t x = 0;
+    bool ok = *v != 0;
+    for (const char *c = v; *c && ok; c++) {
+        ok = *c >= '0' && *c <= '9' && x <= (UINT64_MAX - 9) / 10;
+        x = x * 10 + (uint64_t)(*c - '0');
+    }
+    *out = x;
+    return ok;
+}
+
+/* MEGANEURA_VK_INDEX_MAX=<n> (decimal digits, 1 .. 2^31 - 1): lowers
+ * caps.index_max, the element count above which a kernel is generated with
+ * 64-bit indices (tests run the 64-bit kernels on small tensors with it). */
+static mn_status apply_index_max(vk_caps *caps, char *err, size_t cap) {
+    const char *v = getenv("MEGANEURA_VK_INDEX_MAX");
+    if (!v || !*v) return MN_OK;
+    uint64_t x = 0;
+    if (!env_count(v, &x) || x < 1 || x > (uint64_t)VK_INDEX_MAX_DEFAULT) {
+        mn_fmt(err, cap, "vulkan: MEGANEURA_VK_INDEX_MAX='%s': want an element count (decimal digits) from 1 to %lld",
+               v, (long long)VK_INDEX_MAX_DEFAULT);
+        return MN_E_INVALID;
+    }
+    if ((int64_t)x < caps->index_max) caps->index_max = (int64_t)x;
+    return MN_OK;
+}
+
 /* MEGANEURA_VK_MAX_ALLOCATION=<bytes> (decimal digits, at least 64 = MP_ALIGN,
  * aligned down to 64): lowers caps.max_binding (tests make every tensor of
  * a small graph paged with it). */
@@ -301,11 +331,7 @@ static mn_status apply_max_allocation(vk_caps *caps, char *err, size_t cap) {
     const char *v = getenv("MEGANEURA_VK_MAX_ALLOCATION");
     if (!v || !*v) return MN_OK;
     uint64_t x = 0;
-    bool ok = true;
-    for (const char *c = v; *c && ok; c++) {
-        ok = *c >= '0' && *c <= '9' && x <= (UINT64_MAX - 9) / 10;
-        x = x * 10 + (uint64_t)(*c - '0');
-    }
+    bool ok = env_count(v, &x);
     if (!ok || x < 64) {
         mn_fmt(err, cap, "vulkan: MEGANEURA_VK_MAX_ALLOCATION='%s': want a byte count (decimal digits) of at least 64",
                v);
@@ -365,6 +391,7 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     if (st) return st;
     if ((st = pick_device(c, err, cap))) return st;
     if ((st = apply_max_allocation(&c->caps, err, cap))) return st;
+    if ((st = apply_index_max(&c->caps, err, cap))) return st;
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, NULL);
     VkQueueFamilyProperties *q = calloc(nq + 1, sizeof *q);
@@ -384,12 +411,14 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     qi.queueFamilyIndex = c->queue_family;
     qi.queueCount = 1;
     qi.pQueuePriorities = &prio;
-    /* the descriptor-array indexing paged operands use, where present
-     * (caps.dynamic_index, caps.nonuniform); nothing else is enabled */
+    /* the descriptor-array indexing paged operands use, and 64-bit integers
+     * (caps.int64: kernels with an operand above caps.index_max elements),
+     * where present; nothing else is enabled */
     VkPhysicalDeviceDescriptorIndexingFeatures dix = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES};
     dix.shaderStorageBufferArrayNonUniformIndexing = c->caps.nonuniform;
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     f2.features.shaderStorageBufferArrayDynamicIndexing = c->caps.dynamic_index;
+    f2.features.shaderInt64 = c->caps.int64;
     f2.pNext = c->caps.nonuniform ? &dix : NULL;
     /* the fast contract's cooperative matrices (read_coopmat_caps): their
      * extensions and features, the Vulkan memory model, f16 types */
@@ -443,7 +472,7 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
 /* Features the host enabled, from the VkPhysicalDeviceFeatures2 chain it gave
  * vkCreateDevice (only the structures the backend reads). */
 typedef struct host_features {
-    bool dynamic_index, nonuniform, timeline;
+    bool dynamic_index, nonuniform, timeline, int64;
     bool memory_model, f16, coopmat_khr, coopmat_nv, bf16; /* the fast contract's GEMM */
 } host_features;
 
@@ -451,6 +480,7 @@ static host_features read_host_features(const VkPhysicalDeviceFeatures2 *f2) {
     host_features h = {0};
     if (!f2) return h;
     h.dynamic_index = f2->features.shaderStorageBufferArrayDynamicIndexing != 0;
+    h.int64 = f2->features.shaderInt64 != 0;
     for (const VkBaseInStructure *p = f2->pNext; p; p = p->pNext) {
         switch (p->sType) {
         case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES: {
@@ -533,6 +563,7 @@ mn_status vk_ctx_wrap(vk_ctx *c, const void *descp, char *err, size_t cap) {
     host_features h = read_host_features(d->enabled_features);
     c->caps.dynamic_index = c->caps.dynamic_index && h.dynamic_index;
     c->caps.nonuniform = c->caps.nonuniform && h.nonuniform;
+    c->caps.int64 = c->caps.int64 && h.int64; /* 64-bit index kernels (tensors above 2^31 elements) */
     /* cooperative matrices only as far as the host enabled them (with the
      * memory model and, for f16, shaderFloat16) */
     c->caps.coopmat_f16 = c->caps.coopmat_f16 && h.coopmat_khr && h.memory_model && h.f16;
@@ -587,6 +618,8 @@ mn_status vk_list_devices(FILE *f, char *err, size_t cap) {
                 caps.coopmat_f16 ? "KHR" : caps.coopmat_nv_f16 ? "NV" : "no", caps.coopmat_bf16 ? "KHR" : "no");
         fprintf(f, "   largest binding/allocation %llu bytes (the arena chunk), memory budget %s\n",
                 (unsigned long long)caps.device_binding, caps.memory_budget ? "yes" : "no");
+        fprintf(f, "   64-bit indexing (tensors over %lld elements): %s\n", (long long)caps.index_max,
+                caps.int64 ? "yes (shaderInt64)" : "no (no shaderInt64: such tensors are refused)");
         fprintf(f, "   paged tensors: %u storage buffers per kernel, descriptor arrays indexed %s\n",
                 caps.max_stage_buffers,
                 caps.nonuniform ? "non-uniformly" : caps.dynamic_index ? "uniformly only (page loops)" : "not at all");

@@ -147,10 +147,10 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     }
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
-    vk_def(k, "MM_M", "%lld", (long long)M);
-    vk_def(k, "MM_N", "%lld", (long long)N);
-    vk_def(k, "MM_K", "%lld", (long long)K);
-    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def_i(k, "MM_M", M);
+    vk_def_i(k, "MM_N", N);
+    vk_def_i(k, "MM_K", K);
+    vk_def_i(k, "MM_BATCH", batch);
     vk_def(k, "MM_BM", "%u", c.bm);
     vk_def(k, "MM_BN", "%u", c.bn);
     vk_def(k, "MM_BK", "%u", c.bk);
@@ -216,14 +216,14 @@ static mn_status gemv_emit(vk_kernel *k, const node *n, const vk_caps *caps, int
     const uint64_t iters = cdiv(blocks, gx) * cdiv((uint64_t)batch, gz) * (1 + kc + steps);
     if (!vk_loops_fit(caps, iters)) return MN_E_UNSUPPORTED;
     k->tmpl = "gemv";
-    vk_def(k, "MM_M", "%lld", (long long)M);
-    vk_def(k, "MM_N", "%lld", (long long)N);
-    vk_def(k, "MM_K", "%lld", (long long)K);
-    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def(k, "MM_M", "%lld", (long long)M); /* <= GEMV_MAX_M: an array size */
+    vk_def_u(k, "MM_N", (uint64_t)N);
+    vk_def_u(k, "MM_K", (uint64_t)K);
+    vk_def_u(k, "MM_BATCH", (uint64_t)batch);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
     vk_def(k, "GV_NL", "%u", nl);
     vk_def(k, "GV_TL", "%u", tl);
-    vk_def(k, "GV_KC", "%lluu", (unsigned long long)kc);
+    vk_def_u(k, "GV_KC", kc);
     /* the fast contract rounds each operand as it is loaded (matmul.glsl's rule) */
     if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
     if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
@@ -245,16 +245,18 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
     /* element (m, k) of op(a) is at m*sam + k*sak; (k, n) of op(b) at k*sbk + n*sbn */
     const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
-    vk_def(k, "MM_SAZ", "%lldu", (long long)(A->rank == 3 ? M * K : 0));
-    vk_def(k, "MM_SAM", "%lldu", (long long)sam);
-    vk_def(k, "MM_SAK", "%lldu", (long long)sak);
-    vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
-    vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
-    vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
+    vk_def_u(k, "MM_SAZ", (uint64_t)(A->rank == 3 ? M * K : 0));
+    vk_def_u(k, "MM_SAM", (uint64_t)sam);
+    vk_def_u(k, "MM_SAK", (uint64_t)sak);
+    vk_def_u(k, "MM_SBZ", (uint64_t)(B->rank == 3 ? K * N : 0));
+    vk_def_u(k, "MM_SBK", (uint64_t)sbk);
+    vk_def_u(k, "MM_SBN", (uint64_t)sbn);
     const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn,
                               MAP_MATMUL, sak == 1, sbn == 1};
-    bool used;
-    mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+    bool used = false;
+    /* the cooperative-matrix kernels index in 32 bits: a product above
+     * vk_caps.index_max takes the (64-bit) tiled GEMM or gemv */
+    mn_status st = k->idx64 ? MN_OK : vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
     if (st || used) return st;
     if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, n, caps, M, N, K, batch, sbk == 1) == MN_OK)
         return MN_OK;
@@ -289,7 +291,7 @@ static void conv_defs(vk_kernel *k, const conv_geo *c) {
              {"CV_CG", c->Cg}, {"CV_OG", c->Og}, {"CV_KH", c->KH}, {"CV_KW", c->KW}, {"CV_OH", c->OH},
              {"CV_OW", c->OW}, {"CV_SH", c->sh}, {"CV_SW", c->sw}, {"CV_PH", c->ph}, {"CV_PW", c->pw},
              {"CV_DH", c->dh}, {"CV_DW", c->dw}};
-    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def_i(k, d[i].name, d[i].v);
 }
 
 /* The implicit GEMM pays when both output dimensions of the per-group
@@ -370,16 +372,16 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
 static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, int64_t OW) {
     const mn_pool_attrs a = pool_attrs_of(n);
     const int64_t kh = a.kernel[0], kw = a.kernel[1];
-    vk_def(k, "MP_H", "%lld", (long long)x->shape[2]);
-    vk_def(k, "MP_W", "%lld", (long long)x->shape[3]);
-    vk_def(k, "MP_OH", "%lld", (long long)OH);
-    vk_def(k, "MP_OW", "%lld", (long long)OW);
-    vk_def(k, "MP_KH", "%lld", (long long)kh);
-    vk_def(k, "MP_KW", "%lld", (long long)kw);
-    vk_def(k, "MP_SH", "%lld", (long long)(a.stride[0] > 0 ? a.stride[0] : kh));
-    vk_def(k, "MP_SW", "%lld", (long long)(a.stride[1] > 0 ? a.stride[1] : kw));
-    vk_def(k, "MP_PH", "%lld", (long long)a.pad[0]);
-    vk_def(k, "MP_PW", "%lld", (long long)a.pad[1]);
+    vk_def_i(k, "MP_H", x->shape[2]);
+    vk_def_i(k, "MP_W", x->shape[3]);
+    vk_def_i(k, "MP_OH", OH);
+    vk_def_i(k, "MP_OW", OW);
+    vk_def_i(k, "MP_KH", kh);
+    vk_def_i(k, "MP_KW", kw);
+    vk_def_i(k, "MP_SH", a.stride[0] > 0 ? a.stride[0] : kh);
+    vk_def_i(k, "MP_SW", a.stride[1] > 0 ? a.stride[1] : kw);
+    vk_def_i(k, "MP_PH", a.pad[0]);
+    vk_def_i(k, "MP_PW", a.pad[1]);
 }
 
 /* Loop iterations of a max-pooling invocation: its window (the forward), or

@@ -17,7 +17,9 @@
  *
  * Every shape, the mask parameters and the scale are #defines; the
  * host-written position is read from its input at run time. Index
- * arithmetic is 32-bit (tensors below 2^31 elements).
+ * arithmetic is 32-bit, or 64-bit where an operand exceeds
+ * vk_caps.index_max elements (vk_codegen_node; element offsets are then
+ * IDX, and the sizes they are built from 64-bit literals, vk_def_u).
  *
  * Does not: compile or dispatch (vk_compile.c, vk_backend.c), nor generate
  * any other family (vk_gen_pointwise.c, vk_gen_linalg.c).
@@ -31,15 +33,6 @@ static const node *tr_in(const mn_graph *g, const node *n, int i) { return &g->n
 static mn_status tr_fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
     mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
     return st;
-}
-
-/* At most vk_index_max elements per tensor (32-bit indexing; vk_codegen_node
- * checks it first). */
-static mn_status tr_check_size(const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    bool big = node_numel(n) > vk_index_max(caps);
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(tr_in(g, n, i)) > vk_index_max(caps);
-    return big ? tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more elements than 32-bit indexing allows")
-               : MN_OK;
 }
 
 /* Largest power of two <= want, within the device's invocation limit. */
@@ -83,12 +76,11 @@ static void tr_def_pos(vk_kernel *k, const char *name, int at) {
 /* (table [V,D], ids [...]) -> [..., D]. */
 mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *t = tr_in(g, n, 0);
     k->tmpl = "embedding";
-    vk_def(k, "EM_V", "%lld", (long long)t->shape[0]);
-    vk_def(k, "EM_D", "%lluu", (unsigned long long)t->shape[1]);
+    /* compared with an i32 id: a 32-bit int (ids never reach past 2^31 - 1) */
+    vk_def(k, "EM_V", "%lld", (long long)(t->shape[0] < INT32_MAX ? t->shape[0] : INT32_MAX));
+    vk_def_u(k, "EM_D", (uint64_t)t->shape[1]);
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), tr_local(caps, 64));
     return MN_OK;
 }
@@ -96,14 +88,12 @@ mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* (ids [N...], dy [..., D]) -> dtable [V,D]: one workgroup per table row. */
 mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                               size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const int64_t V = n->shape[0], D = n->shape[1];
     const uint32_t local = tr_local(caps, 64);
     k->tmpl = "embedding_bwd";
-    vk_def(k, "EB_V", "%lld", (long long)V);
-    vk_def(k, "EB_D", "%lluu", (unsigned long long)D);
-    vk_def(k, "EB_N", "%lluu", (unsigned long long)node_numel(tr_in(g, n, 0)));
+    vk_def_i(k, "EB_V", V);
+    vk_def_u(k, "EB_D", (uint64_t)D);
+    vk_def_u(k, "EB_N", (uint64_t)node_numel(tr_in(g, n, 0)));
     vk_def(k, "EB_PER", "%llu", (unsigned long long)((D + local - 1) / local));
     const uint32_t unroll = local < 8 ? local : 8;
     vk_def(k, "EB_UNROLL", "%uu", unroll);
@@ -120,16 +110,14 @@ mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
  * turn fraction of p * (hi + lo) from exact partial products, so the angle
  * keeps a few 1e-7 turns for |p| < 2^24. */
 mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *x = tr_in(g, n, 0);
     const int64_t Dh = x->shape[x->rank - 1], T = x->shape[x->rank - 2], half = Dh / 2;
     const mn_rope_attrs ra = rope_attrs_of(n);
     const double theta = ra.theta, two_pi = 6.283185307179586476925;
     k->tmpl = "rope";
-    vk_def(k, "RP_T", "%lldu", (long long)T);
-    vk_def(k, "RP_DH", "%lldu", (long long)Dh);
-    vk_def(k, "RP_HALF", "%lldu", (long long)half);
+    vk_def_u(k, "RP_T", (uint64_t)T);
+    vk_def_u(k, "RP_DH", (uint64_t)Dh);
+    vk_def_u(k, "RP_HALF", (uint64_t)half);
     vk_def(k, "RP_OFF", "%lld", (long long)ra.offset);
     vk_def(k, "RP_INVERSE", "%d", ra.inverse != 0);
     vk_def(k, "RP_HAS_POS", "%d", n->nin > 1);
@@ -199,8 +187,6 @@ static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t
  * floats through shared memory. */
 static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op,
                                char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *q = tr_in(g, n, 0), *kk = tr_in(g, n, 1);
     const int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     const int64_t Hkv = kk->shape[1], Tk = kk->shape[2];
@@ -248,7 +234,7 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     vk_def(k, "AT_HAS_POS", "%d", n->nin > pos_at);
     if (n->nin > pos_at) tr_def_pos(k, "AT_POS", pos_at);
     vk_def(k, "AT_WRT_V", "%d", kv ? (int)at.wrt : 0);
-    vk_def(k, "AT_PART", "%lluu", (unsigned long long)(B * Hkv * Tk * D));
+    vk_def_u(k, "AT_PART", (uint64_t)(B * Hkv * Tk * D)); /* an element offset: the index type */
     vk_def(k, "AT_NROWS", "%llu", (unsigned long long)rows);
     vk_def(k, "AT_R", "%u", R);
     vk_def(k, "AT_S", "%u", S);
@@ -278,13 +264,11 @@ mn_status vkgen_attention_bwd_kv(vk_kernel *k, const mn_graph *g, const node *n,
 /* (out, dout, lse) -> (lse, delta) per query row: one invocation per row. */
 mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                    char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *o = tr_in(g, n, 0);
     if (!vk_loops_fit(caps, (uint64_t)o->shape[3])) return vk_loop_fail(g, n, caps, (uint64_t)o->shape[3], err, cap);
     k->tmpl = "attention_prep";
     vk_def(k, "AP_D", "%lldu", (long long)o->shape[3]);
-    vk_def(k, "AP_ROWS", "%lluu", (unsigned long long)(node_numel(o) / o->shape[3]));
+    vk_def_u(k, "AP_ROWS", (uint64_t)(node_numel(o) / o->shape[3]));
     vk_launch_1d(k, caps, (uint64_t)(node_numel(o) / o->shape[3]), tr_local(caps, 64));
     return MN_OK;
 }
@@ -295,13 +279,11 @@ mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *
  * the node's storage is the cache's (memplan alias). */
 mn_status vkgen_kv_append(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *x = tr_in(g, n, 1);
     k->tmpl = "kv_append";
-    vk_def(k, "KV_TMAX", "%lld", (long long)n->shape[n->rank - 2]);
-    vk_def(k, "KV_TNEW", "%lldu", (long long)x->shape[x->rank - 2]);
-    vk_def(k, "KV_D", "%lldu", (long long)x->shape[x->rank - 1]);
+    vk_def(k, "KV_TMAX", "%lld", (long long)n->shape[n->rank - 2]); /* a sequence length: compared in int */
+    vk_def_u(k, "KV_TNEW", (uint64_t)x->shape[x->rank - 2]);
+    vk_def_u(k, "KV_D", (uint64_t)x->shape[x->rank - 1]);
     tr_def_pos(k, "KV_POS", 2);
     vk_launch_1d(k, caps, (uint64_t)node_numel(x), tr_local(caps, 64));
     return MN_OK;

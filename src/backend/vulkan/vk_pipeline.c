@@ -113,7 +113,7 @@ mn_status vkb_write_set(vkb *b, int32_t id, char *err, size_t cap) {
     mn_status st = MN_OK;
     for (int k = 0; k < rt->nopnd; k++) {
         int32_t t = rt->opnd[k];
-        operand_span o = vkb_operand(b, t);
+        operand_span o = vkb_operand_of(b, rt, k);
         w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
         w[k].dstSet = rt->set;
         w[k].dstBinding = (uint32_t)k;
@@ -298,20 +298,52 @@ static int32_t find_job(vkb *b, kjob **jobs, int32_t *njobs, int32_t *capj, char
     return (*njobs)++;
 }
 
+/* The gradient regions of the multi-update kernels (kir.h): region_of[r]
+ * = the kernel's index for a gradient's storage r (-1: none), and each
+ * kernel's first and last gradient. NULLs when there is none. */
+static mn_status grad_regions(const program *p, int32_t **region_of, int32_t **first, int32_t **last) {
+    *region_of = *first = *last = NULL;
+    if (!p->kernel_kind || !p->kernel_root) return MN_OK;
+    int32_t nmulti = 0;
+    for (int32_t i = 0; i < p->norder; i++) nmulti += p->kernel_kind[p->order[i]] == KIR_MULTI_UPDATE;
+    if (!nmulti) return MN_OK;
+    *region_of = malloc(((size_t)p->g->n + 1) * sizeof **region_of);
+    *first = malloc((size_t)nmulti * sizeof **first);
+    *last = malloc((size_t)nmulti * sizeof **last);
+    if (!*region_of || !*first || !*last) return MN_E_NOMEM;
+    for (int32_t i = 0; i < p->g->n; i++) (*region_of)[i] = -1;
+    int32_t q = 0;
+    for (int32_t i = 0; i < p->norder; i++) {
+        const int32_t id = p->order[i];
+        if (p->kernel_kind[id] != KIR_MULTI_UPDATE || p->kernel_root[id] != id) continue;
+        int32_t nm = 0; /* its updates directly precede it */
+        while (nm < i && p->kernel_root[p->order[i - 1 - nm]] == id) nm++;
+        for (int32_t j = i - nm; j <= i; j++) {
+            const int32_t grad = p->g->nodes[p->order[j]].in[1];
+            (*region_of)[memplan_root(p->g, grad)] = q;
+            if (j == i - nm) (*first)[q] = grad;
+            (*last)[q] = grad;
+        }
+        q++;
+    }
+    return MN_OK;
+}
+
 mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
     const program *p = b->p;
     const char *dump = getenv("MEGANEURA_DUMP");
     bool dump_glsl = dump && strstr(dump, "glsl");
-    vk_kernel *k = malloc(sizeof *k);
+    vk_kernel *k = calloc(1, sizeof *k);
     int32_t *job_of = malloc((size_t)(p->norder > 0 ? p->norder : 1) * sizeof *job_of);
     kjob *jobs = NULL;
     int32_t njobs = 0, capj = 0;
+    int32_t *region_of = NULL, *first_grad = NULL, *last_grad = NULL;
     if (!k || !job_of) {
         free(k);
         free(job_of);
         return MN_E_NOMEM;
     }
-    mn_status st = MN_OK;
+    mn_status st = grad_regions(p, &region_of, &first_grad, &last_grad);
     const int32_t *kr = p->kernel_root;
     /* 1. generate every kernel's source (serial, cheap), one job per
      * distinct (source, layout); 2. compile and create the pipelines of the
@@ -328,7 +360,27 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         while (kr && nm < i && kr[p->order[i - 1 - nm]] == id) nm++;
         rt->opnd[0] = id;
         rt->written = 0;
-        if (nm) {
+        rt->ranged = 0;
+        vk_kernel_clear(k);
+        const kir_kind kind = nm && p->kernel_kind ? (kir_kind)p->kernel_kind[id] : KIR_SINGLE;
+        if (kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ) {
+            vk_operands ops;
+            if (kind == KIR_MULTI_UPDATE)
+                st = vk_codegen_multi_update(k, p->g, id, p->order + i - nm, nm, &ops, p->plan, &b->c.caps, err, cap);
+            else if (!region_of)
+                st = MN_E_INVALID; /* a sum-of-squares tree without gradient regions */
+            else
+                st = vk_codegen_multi_sumsq(k, p->g, id, kr, region_of, first_grad, last_grad, &ops, p->plan,
+                                            &b->c.caps, err, cap);
+            if (st) break;
+            for (int j = 0; j < ops.n; j++) {
+                rt->opnd[j] = ops.first[j];
+                rt->opnd_last[j] = ops.last[j];
+                if (ops.last[j] != ops.first[j]) rt->ranged |= (uint8_t)(1u << j);
+            }
+            rt->nopnd = (uint8_t)ops.n;
+            rt->written = ops.written;
+        } else if (nm) {
             int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
             int next = 0;
             if (nm >= KIR_MAX_MEMBERS) {
@@ -350,6 +402,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         if (!k->tmpl) continue;
         char *src = vk_codegen_source(k);
+        free(k->code);
+        k->code = NULL;
         if (!src) {
             mn_fmt(err, cap, "vulkan: no kernel template '%s' for %s (%%%d)", k->tmpl, op_table[n->op].name, id);
             st = MN_E_UNSUPPORTED;
@@ -357,7 +411,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
         char label[64];
-        snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
+        snprintf(label, sizeof label, "%s%s_%d", op_table[n->op].name,
+                 kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ ? "_multi" : "", id);
         /* one descriptor per binding, or per page of a paged vkb_operand (the
          * source names the page counts: one source, one layout); a layout
          * with a paged operand leaves the bindings past the node's inputs
@@ -383,6 +438,7 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         memcpy(rt->groups, k->groups, sizeof rt->groups);
     }
+    vk_kernel_clear(k);
     free(k);
     if (!st && njobs) make_kernels(b, jobs, njobs);
     /* the first failure in schedule order is the one reported; every
@@ -423,5 +479,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
     for (int32_t i = 0; i < njobs; i++) free(jobs[i].src), free(jobs[i].words);
     free(jobs);
     free(job_of);
+    free(region_of);
+    free(first_grad);
+    free(last_grad);
     return st;
 }

@@ -100,7 +100,7 @@ bool at_valid(int i, int j) {
 
 #if AT_OP == AT_BWD_Q || AT_OP == AT_BWD_KV
 // Y(base + d) = outscale * the sum of the AT_S partial a[d] of row r.
-void at_write_sum(float a[AT_D], uint t, uint r, uint s, bool live, uint base, float outscale) {
+void at_write_sum(float a[AT_D], uint t, uint r, uint s, bool live, IDX base, float outscale) {
     AT_FOR_D(d) {
 #if AT_S > 1
         sh_a[t] = a[d];
@@ -140,8 +140,8 @@ void main() {
 #if AT_OP == AT_BWD_KV
     // rows are keys of kv head hk; items are (query head gq of the group, query row i)
     uint b = head / AT_HKV, hk = head % AT_HKV;
-    uint kvbase = head * uint(AT_TK) * AT_D;
-    uint rowoff = kvbase + uint(row) * AT_D;
+    IDX kvbase = IDX(head) * uint(AT_TK) * AT_D;
+    IDX rowoff = kvbase + IDX(row) * AT_D;
     int ilo = 0, ihi = row0 < g_kvlen ? AT_TQ : 0;
 #if AT_CAUSAL
     ilo = max(0, row0 - g_off);
@@ -155,8 +155,8 @@ void main() {
 #else
     // rows are queries of query head h; items are keys of kv head h / GRP
     uint b = head / AT_HQ, h = head % AT_HQ;
-    uint kvbase = (b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
-    uint rowoff = (head * uint(AT_TQ) + uint(row)) * AT_D;
+    IDX kvbase = IDX(b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
+    IDX rowoff = IDX(head * uint(AT_TQ) + uint(row)) * AT_D;
     int lo = 0, hi = g_kvlen;
 #if AT_CAUSAL
     hi = min(hi, row0 + rowc - 1 + g_off + 1);
@@ -220,14 +220,14 @@ void main() {
                 int u = base + int(e / AT_ITEMW);
                 uint c = e % AT_ITEMW;
 #if AT_OP == AT_BWD_KV
-                uint qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
+                IDX qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
                 float val;
                 if (c < AT_D) val = X0(qrow * AT_D + c);
                 else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
                 else val = X4(2u * qrow + (c - 2u * AT_D));
                 sh_tile[e] = val;
 #else
-                uint koff = kvbase + uint(lo + u) * AT_D;
+                IDX koff = kvbase + IDX(lo + u) * AT_D;
 #if AT_OP == AT_LSE
                 sh_tile[e] = X1(koff + c);
 #else
