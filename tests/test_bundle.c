@@ -142,6 +142,12 @@ static void test_op_cases(void) {
     CHECK(strstr(mn_session_error(s), "inference session") != NULL);
     wb_free(&w);
     mn_session_destroy(s);
+    /* a plan-only session (the kernel-count tools) holds no values to write */
+    o.mode = MN_MODE_INFERENCE;
+    session_internal_options io = {.plan_only = true};
+    CHECK(session_create_ex(&s, c.g, &o, &io) == MN_OK);
+    CHECK(mn_session_export_bundle(s, "/nonexistent/x.mnb") == MN_E_STATE);
+    mn_session_destroy(s);
     mn_graph_destroy(c.g);
 }
 

@@ -7,7 +7,9 @@
  * device limit that changes the generated code (MEGANEURA_VK_MAX_ALLOCATION:
  * the kernels that differ are compiled, the others taken), with a SPIR-V
  * binary that fails validation (compiled instead); a CPU bundle (no kernels)
- * on Vulkan and a Vulkan bundle on the CPU.
+ * on Vulkan and a Vulkan bundle on the CPU; what the models stage builds (a
+ * tiny conditioned U-Net: sin/cos, group norms, attention on the tile
+ * kernels, upsampling); a bundle of 64-bit index kernels (MN_IDX64).
  */
 #include <dirent.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 #include "core/wire.h"
 #include "harness.h"
 #include "io/bundle.h"
+#include "meganeura_models.h"
 
 #define N 8
 #define C 4
@@ -170,6 +173,85 @@ static void rm_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* Whether the n bytes at b hold the string str. */
+static bool holds(const uint8_t *b, size_t n, const char *str) {
+    const size_t k = strlen(str);
+    for (size_t i = 0; b && i + k <= n; i++)
+        if (!memcmp(b + i, str, k)) return true;
+    return false;
+}
+
+/* The tiny conditioned U-Net of test_unet in inference (the models stage:
+ * sin/cos time embedding, group norms, self- and cross-attention with the
+ * tile kernels forced, upsampling, concatenation), on dev: exported with the
+ * usual kernel caches (home), reloaded with empty caches and no compiler:
+ * every kernel from the bundle, the same bits. The bundle's GLSL must hold
+ * each string of want (the attention tile kernel). */
+static void unet_case(mn_device *dev, const char *tag, const char *home, const char *const *want, int nwant) {
+    enum { UB = 2, UC = 3, UH = 8, UL = 5, UD = 6 };
+    static float noisy[UB * UC * UH * UH], t[UB] = {999, 37}, ctx[UB * UL * UD];
+    for (size_t i = 0; i < MN_ARRAY_LEN(noisy); i++) noisy[i] = (float)((int)(i * 37 % 29) - 14) / 7.0f;
+    for (size_t i = 0; i < MN_ARRAY_LEN(ctx); i++) ctx[i] = (float)((int)(i * 11 % 13) - 6) / 6.0f;
+    mn_unet_config c = mn_unet_config_conditioned(8);
+    c.in_channels = UC, c.levels = 2, c.groups = 4, c.head_dim = 4, c.attention_levels = 0x2;
+    c.context_len = UL, c.context_dim = UD;
+    mn_unet_options uo = mn_unet_default_options();
+    uo.kind = MN_UNET_INFER, uo.batch = UB, uo.height = uo.width = UH;
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_model *m = NULL;
+    CHECK_OK(mn_unet_create(&m, g, &c, &uo), mn_model_error(m));
+    char path[128];
+    path_in(path, sizeof path, "unet.mnb");
+    if (home) setenv("XDG_CACHE_HOME", home, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    unsetenv("MEGANEURA_NO_KERNEL_CACHE");
+    unsetenv("MEGANEURA_FAULT_NO_SHADERC");
+    setenv("MEGANEURA_ATTN", "tiles", 1);
+    mn_session_options o = mn_session_default_options();
+    o.backend = MN_BACKEND_VULKAN;
+    o.device = dev;
+    o.seed = 5;
+    static float ref[UB * UC * UH * UH], out[UB * UC * UH * UH];
+    mn_session *s = NULL;
+    mn_status st = mn_session_create(&s, g, &o);
+    CHECK_OK(st, mn_session_error(s));
+    int nk = 0;
+    if (!st) {
+        CHECK_OK(mn_session_set_input(s, "noisy", noisy, sizeof noisy), mn_session_error(s));
+        CHECK_OK(mn_session_set_input(s, "timesteps", t, sizeof t), mn_session_error(s));
+        CHECK_OK(mn_session_set_input(s, "context", ctx, sizeof ctx), mn_session_error(s));
+        CHECK_OK(mn_session_run(s), mn_session_error(s));
+        CHECK_OK(mn_session_output(s, "pred", ref, sizeof ref), mn_session_error(s));
+        const mn_kernel_stats k0 = stats_of(s);
+        nk = k0.compiled + k0.cached;
+        CHECK_OK(mn_session_export_bundle(s, path), mn_session_error(s));
+    }
+    mn_session_destroy(s);
+    size_t n;
+    uint8_t *b = slurp(path, &n);
+    for (int i = 0; i < nwant; i++) CHECK_MSG(holds(b, n, want[i]), "%s: the bundle has no kernel with '%s'", tag, want[i]);
+    free(b);
+    set_empty_caches(false);
+    s = from_bundle(path, MN_BACKEND_VULKAN, dev);
+    if (s) {
+        const mn_kernel_stats k = stats_of(s);
+        printf("  %s: %d kernels from the bundle, %d compiled\n", tag, k.bundled, k.compiled);
+        CHECK_MSG(nk >= 10 && k.bundled == nk && k.compiled == 0 && k.cached == 0, "%s: %d kernels, bundled %d compiled %d",
+                  tag, nk, k.bundled, k.compiled);
+        CHECK_OK(mn_session_set_input(s, "noisy", noisy, sizeof noisy), mn_session_error(s));
+        CHECK_OK(mn_session_set_input(s, "timesteps", t, sizeof t), mn_session_error(s));
+        CHECK_OK(mn_session_set_input(s, "context", ctx, sizeof ctx), mn_session_error(s));
+        CHECK_OK(mn_session_run(s), mn_session_error(s));
+        CHECK_OK(mn_session_output(s, "pred", out, sizeof out), mn_session_error(s));
+        CHECK_MSG(!memcmp(out, ref, sizeof ref), "%s: the bundle's session computes other bits", tag);
+        mn_session_destroy(s);
+    }
+    unsetenv("MEGANEURA_ATTN");
+    mn_model_destroy(m);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
     mn_device *dev = th_require_vulkan();
     if (!dev) return th_finish("test_vk_bundle");
@@ -302,6 +384,51 @@ int main(void) {
         CHECK(!memcmp(out, cpu, sizeof cpu));
         mn_session_destroy(s);
     }
+
+    /* 7. the models stage's U-Net (the attention tile kernels) */
+    static const char *const tile[] = {"#define AT_TM "};
+    unet_case(dev, "U-Net", home, tile, 1);
+
+    /* 8. 64-bit indexing (MEGANEURA_VK_INDEX_MAX=1: every kernel in its
+     * MN_IDX64 form): exported and reloaded with no compiler, the same bits
+     * as the 32-bit kernels */
+    setenv("MEGANEURA_VK_INDEX_MAX", "1", 1);
+    mn_device *dev3 = NULL;
+    CHECK_OK(mn_device_open(&dev3, MN_BACKEND_VULKAN), mn_device_error(dev3));
+    unsetenv("MEGANEURA_VK_INDEX_MAX");
+    if (home) setenv("XDG_CACHE_HOME", home, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    unsetenv("MEGANEURA_NO_KERNEL_CACHE");
+    unsetenv("MEGANEURA_FAULT_NO_SHADERC");
+    o.backend = MN_BACKEND_VULKAN;
+    o.device = dev3;
+    path_in(p, sizeof p, "idx64.mnb");
+    if (dev3 && mn_session_create(&s, g, &o) == MN_OK) {
+        set_params(s);
+        run(s, out);
+        CHECK_MSG(!memcmp(out, ref, sizeof ref), "64-bit kernels compute other bits than 32-bit ones");
+        CHECK_OK(mn_session_export_bundle(s, p), mn_session_error(s));
+        mn_session_destroy(s);
+        size_t n64;
+        uint8_t *b64 = slurp(p, &n64);
+        CHECK_MSG(holds(b64, n64, "#define MN_IDX64 ") && !holds(b, n, "#define MN_IDX64 "),
+                  "only the 64-bit bundle holds MN_IDX64 kernels");
+        free(b64);
+        set_empty_caches(false);
+        s = from_bundle(p, MN_BACKEND_VULKAN, dev3);
+        if (s) {
+            mn_kernel_stats k = stats_of(s);
+            printf("  64-bit indexing: %d kernels from the bundle, %d compiled\n", k.bundled, k.compiled);
+            CHECK(k.bundled == nk && k.compiled == 0 && k.cached == 0);
+            run(s, out);
+            CHECK(!memcmp(out, ref, sizeof ref));
+            mn_session_destroy(s);
+        }
+    } else {
+        CHECK_MSG(0, "a session on the 64-bit device: %s", s ? mn_session_error(s) : "no device");
+        mn_session_destroy(s);
+    }
+    mn_device_close(dev3);
 
     free(b);
     mn_graph_destroy(g);

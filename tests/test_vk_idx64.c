@@ -18,7 +18,8 @@
  * parameters after training within a relative L2 of 1e-4; against the
  * default Vulkan device, losses and parameters are equal bit for bit (the
  * kernels compute the same values; only the index type and where tensors
- * live differ). Every wide session must have kernels of 64-bit indices and
+ * live differ; attention takes its row kernel in both, MEGANEURA_ATTN=rows,
+ * as the tile kernels have no 64-bit form). Every wide session must have kernels of 64-bit indices and
  * paged tensors, the default ones neither.
  *
  * A malformed MEGANEURA_VK_INDEX_MAX is refused when the device opens.
@@ -280,6 +281,10 @@ static void batch_mlp(mn_session *s, int step) {
 int main(void) {
     unsetenv("MEGANEURA_VK_INDEX_MAX");
     unsetenv("MEGANEURA_VK_MAX_ALLOCATION");
+    /* attention's tile kernels index in 32 bits only, so a 64-bit session
+     * takes the row kernel: both sessions here use it, for equal bits (the
+     * tile kernels are checked in test_ops_transformer, test_vk_loop_limit) */
+    setenv("MEGANEURA_ATTN", "rows", 1);
     mn_device *plain = th_require_vulkan();
     if (!plain) return th_finish("test_vk_idx64");
     /* malformed values are refused when the device opens */

@@ -256,7 +256,7 @@ static mn_status sfail(mn_session *s, mn_status st, const char *fmt, ...) {
 
 mn_status mn_session_export_bundle(mn_session *s, const char *path) {
     if (!s) return MN_E_INVALID;
-    if (s->dead) return MN_E_STATE;
+    if (s->dead || s->iopt.plan_only) return MN_E_STATE; /* a plan-only session holds no values */
     char shown[IO_ESC_PATH];
     if (!path || !*path) return sfail(s, MN_E_INVALID, "export_bundle: empty path");
     io_esc(shown, sizeof shown, path);
