@@ -629,6 +629,39 @@ mn_status mn_session_set_meta(mn_session *s, const char *key, const char *value)
 mn_status mn_checkpoint_meta(const char *path, const char *key, char *dst, size_t cap,
                              char *err, size_t errcap);
 
+/* ---- inference bundles (docs/BUNDLE.md) ---------------------------------- */
+
+/* A bundle is one file an application ships: the graph, the parameters and,
+ * from a Vulkan session, every kernel's SPIR-V (with its GLSL) and the
+ * exporting device's pipeline-cache data, so a session starts without
+ * compiling anything on a device like the exporter's.
+ *
+ * Writes the bundle of s, an inference session (MN_E_STATE otherwise): its
+ * graph as the user built it, the parameters' current values (e.g. after
+ * mn_session_load), the metadata of mn_session_set_meta, and on Vulkan its
+ * kernels and pipeline-cache data. Atomic, like mn_session_save. */
+mn_status mn_session_export_bundle(mn_session *s, const char *path);
+/* A session from a bundle, on opt's backend and device (any: a Vulkan
+ * bundle runs on the CPU too; opt->mode may be training, starting from the
+ * bundle's weights). Every section is checked (checksums, sizes, the graph
+ * re-built through the library's own rules, the weights against it) before
+ * the session is made. Kernels whose generated GLSL is in the bundle are
+ * taken from it before the on-disk cache and the compiler; the others (a
+ * device whose limits change the generated code) are compiled as usual. The
+ * bundle's pipeline-cache data is used only when its header names this
+ * device (vendor, device id, pipelineCacheUUID). On failure *out, if not
+ * NULL, is a dead session whose error says why; destroy it. */
+mn_status mn_session_create_from_bundle(mn_session **out, const char *path, const mn_session_options *opt);
+
+/* Where a session's kernels came from (all 0 on the cpu backend). */
+typedef struct mn_kernel_stats {
+    int compiled;          /* compiled with shaderc by this session */
+    int cached;            /* from the on-disk SPIR-V cache */
+    int bundled;           /* from the bundle it was created from */
+    bool bundle_pipelines; /* the bundle's pipeline-cache data matched this device and was used */
+} mn_kernel_stats;
+mn_status mn_session_kernel_stats(const mn_session *s, mn_kernel_stats *out);
+
 /* Memory: bytes the session's arenas hold (peak) and the sum of the sizes of
  * all tensors it computes or keeps (what a planner-less runtime would hold). */
 mn_status mn_session_memory(const mn_session *s, size_t *peak_bytes, size_t *sum_bytes);

@@ -7,9 +7,11 @@
  *                                            when mknod is not permitted
  *
  * Library: the escaping rule and strict number parsing; st_load,
- * mn_session_load, mn_checkpoint_meta and mnist_load on a FIFO (must not
+ * mn_session_load, mn_checkpoint_meta, mnist_load and
+ * mn_session_create_from_bundle on a FIFO (must not
  * hang: an alarm fails the test), a directory, a socket, /dev/null, a 5000-byte
- * path; saves (st_save_atomic, mn_session_save, mnist_convert) onto a FIFO,
+ * path; saves (st_save_atomic, mn_session_save, mn_session_export_bundle,
+ * mnist_convert) onto a FIFO,
  * directory, socket, symbolic link (refused: links are not followed) and
  * device node, which must all stay as they were; removal of temporary files
  * of killed saves (a real SIGKILL during a save) and what is kept; the header
@@ -18,7 +20,8 @@
  * meganeura.next_lr, with escape sequences in names; the step counter at 2^53.
  *
  * Program: the same through `meganeura` (fork/exec with a time limit):
- * inspect/eval/--data on a FIFO, --checkpoint on a FIFO/directory/link/device
+ * inspect/eval/--data/eval --bundle/export on a FIFO, --checkpoint and export
+ * --out on a FIFO, --checkpoint on a FIFO/directory/link/device
  * refused before any data is read, --data /dev/zero, a long path keeps its
  * reason, escape sequences never reach the output, eval exits non-zero on a
  * NaN checkpoint, on non-finite logits and on a step of 2^63-1, stale
@@ -356,6 +359,11 @@ static void expect_unreadable(const char *path, const char *want, const char *ck
     if (ckpt_ok) CHECK_OK(mn_session_load(ss, ckpt_ok), mn_session_error(ss)); /* still usable */
     mn_session_destroy(ss);
     mn_graph_destroy(g);
+    mn_session_options bo = mn_session_default_options();
+    s = mn_session_create_from_bundle(&ss, path, &bo);
+    CHECK_MSG(s == MN_E_IO && contains(mn_session_error(ss), want), "mn_session_create_from_bundle %s: %s (%s)",
+              path, mn_status_str(s), mn_session_error(ss));
+    mn_session_destroy(ss);
     FILE *fp = io_fopen_read(path);
     CHECK_MSG(fp == NULL, "io_fopen_read %s opened it", path);
     if (fp) fclose(fp);
@@ -407,6 +415,12 @@ static void expect_unwritable(const char *path, const char *want, mode_t kind) {
     CHECK_MSG(s == MN_E_IO && contains(mn_session_error(ss), want), "mn_session_save %s: %s (%s)", path,
               mn_status_str(s), mn_session_error(ss));
     CHECK_MSG(kind_of(path) == kind, "mn_session_save changed %s", path);
+    mn_session_destroy(ss);
+    ss = tiny_session(g, false); /* a bundle comes from an inference session */
+    s = mn_session_export_bundle(ss, path);
+    CHECK_MSG(s == MN_E_IO && contains(mn_session_error(ss), want), "mn_session_export_bundle %s: %s (%s)", path,
+              mn_status_str(s), mn_session_error(ss));
+    CHECK_MSG(kind_of(path) == kind, "mn_session_export_bundle changed %s", path);
     mn_session_destroy(ss);
     mn_graph_destroy(g);
     CHECK(count_temps(g_dir) == 0);
@@ -892,6 +906,12 @@ static void test_cli(void) {
     EXPECT_FAIL(RUN(10, "eval", "mnist", "--checkpoint", p, "--data", data), "it is a FIFO");
     EXPECT_FAIL(RUN(10, "eval", "mnist", "--checkpoint", ck, "--data", p), "it is a FIFO");
     EXPECT_FAIL(RUN(10, "data", "mnist", "--check", "--data", p), "it is a FIFO");
+    EXPECT_FAIL(RUN(10, "eval", "mnist", "--bundle", p, "--data", data), "it is a FIFO");
+    path_in(q, sizeof q, "out.mnb");
+    EXPECT_FAIL(RUN(10, "export", "--checkpoint", p, "--out", q), "it is a FIFO");
+    CHECK(kind_of(q) == 0);
+    EXPECT_FAIL(RUN(10, "export", "--checkpoint", ck, "--out", p), "it is a FIFO");
+    CHECK(kind_of(p) == S_IFIFO);
     path_in(q, sizeof q, "fifo-out.safetensors");
     EXPECT_FAIL(RUN(10, "train", "mnist", "--epochs", "1", "--data", p, "--checkpoint", q), "it is a FIFO");
     /* --checkpoint on something that is not a regular file: refused before the

@@ -2,7 +2,7 @@
  * trained by `meganeura train mnist` on its own device, queue and buffers
  * (include/meganeura_vulkan.h, docs/EMBEDDING.md).
  *
- *   example_host_app --checkpoint FILE [--data MNIST_FILE] [--frames N] [--validate]
+ *   example_host_app (--checkpoint FILE | --bundle FILE) [--data MNIST_FILE] [--frames N] [--validate]
  *
  * Each frame: the application's own compute pass (preprocess.comp) turns 64
  * 8-bit MNIST images into the model's input directly in a device-local
@@ -12,6 +12,12 @@
  * application's next pass (argmax.comp) turns them into classes. Nothing
  * crosses the CPU between the passes. The classes are checked against the
  * CPU backend running the same checkpoint on the same images.
+ *
+ * --bundle: the model comes from one file instead, an inference bundle of
+ * `meganeura export --batch 64 --backend vulkan` (graph, weights, SPIR-V
+ * and pipeline-cache data): no graph is built here and, on a device like
+ * the exporter's, no kernel is compiled (the line printed says how many
+ * came from the bundle). What an application ships.
  *
  * --validate: the application's instance enables the Khronos validation
  * layer with synchronisation validation; any message it reports fails the
@@ -294,12 +300,23 @@ static mn_status build_mlp(mn_graph **out) {
     return MN_OK;
 }
 
-static mn_session *open_session(mn_graph *g, mn_backend_kind be, mn_device *dev, const char *ckpt) {
+static mn_session *open_session(mn_graph *g, mn_backend_kind be, mn_device *dev, const char *ckpt,
+                                const char *bundle) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
     o.device = dev;
     mn_session *s = NULL;
-    if (mn_session_create(&s, g, &o) != MN_OK || mn_session_load(s, ckpt) != MN_OK) {
+    size_t nx = 0, nl = 0;
+    mn_status st = bundle ? mn_session_create_from_bundle(&s, bundle, &o)
+                          : mn_session_create(&s, g, &o) ? MN_E_INVALID : mn_session_load(s, ckpt);
+    if (!st && bundle &&
+        (mn_session_numel(s, "x", &nx) || mn_session_numel(s, "logits", &nl) || nx != B * PIXELS || nl != B * CLASSES)) {
+        fprintf(stderr, "host_app: %s does not read x [%d,%d] into logits [%d,%d] (export it with --batch %d)\n",
+                bundle, B, PIXELS, B, CLASSES, B);
+        mn_session_destroy(s);
+        return NULL;
+    }
+    if (st) {
         fprintf(stderr, "host_app: %s session: %s\n", be == MN_BACKEND_CPU ? "cpu" : "vulkan",
                 s ? mn_session_error(s) : "out of memory");
         mn_session_destroy(s);
@@ -336,16 +353,18 @@ static int argmax(const float *v) {
 }
 
 int main(int argc, char **argv) {
-    const char *ckpt = NULL, *data = NULL;
+    const char *ckpt = NULL, *bundle = NULL, *data = NULL;
     int frames = 8;
     bool validate = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) ckpt = argv[++i];
+        else if (!strcmp(argv[i], "--bundle") && i + 1 < argc) bundle = argv[++i];
         else if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
         else if (!strcmp(argv[i], "--frames") && i + 1 < argc) frames = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--validate")) validate = true;
         else {
-            fprintf(stderr, "usage: %s --checkpoint FILE [--data MNIST_FILE] [--frames N] [--validate]\n", argv[0]);
+            fprintf(stderr, "usage: %s (--checkpoint FILE | --bundle FILE) [--data MNIST_FILE] [--frames N] [--validate]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -356,8 +375,8 @@ int main(int argc, char **argv) {
                  x && *x ? x : home ? home : ".");
         data = def;
     }
-    if (!ckpt || frames < 1 || frames > 1000) {
-        fprintf(stderr, "host_app: need --checkpoint FILE and 1 <= --frames <= 1000\n");
+    if (!ckpt == !bundle || frames < 1 || frames > 1000) {
+        fprintf(stderr, "host_app: need --checkpoint FILE or --bundle FILE, and 1 <= --frames <= 1000\n");
         return 2;
     }
     int nimg = 0;
@@ -401,10 +420,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "host_app: mn_device_from_vulkan: %s\n", mn_device_error(dev));
         goto done;
     }
-    if (build_mlp(&g) != MN_OK) goto done;
-    gpu = open_session(g, MN_BACKEND_VULKAN, dev, ckpt);
-    cpu = open_session(g, MN_BACKEND_CPU, NULL, ckpt);
+    if (!bundle && build_mlp(&g) != MN_OK) goto done;
+    gpu = open_session(g, MN_BACKEND_VULKAN, dev, ckpt, bundle);
+    cpu = open_session(g, MN_BACKEND_CPU, NULL, ckpt, bundle);
     if (!gpu || !cpu) goto done;
+    if (bundle) {
+        mn_kernel_stats ks;
+        mn_session_kernel_stats(gpu, &ks);
+        printf("host_app: %s: %d kernels from the bundle, %d compiled, %d from the cache%s\n", bundle, ks.bundled,
+               ks.compiled, ks.cached, ks.bundle_pipelines ? ", its pipeline cache used" : "");
+    }
     mn_vulkan_buffer xb = {xbuf.buf, 0, xbuf.size}, lb = {lbuf.buf, 0, lbuf.size};
     if (mn_session_bind_vulkan_buffer(gpu, "x", &xb) != MN_OK ||
         mn_session_bind_vulkan_buffer(gpu, "logits", &lb) != MN_OK) {

@@ -16,6 +16,32 @@
 
 #define PROGRAM_MAX_READBACK 4
 
+/* Precompiled kernels (an inference bundle, src/session/bundle.c): SPIR-V
+ * keyed as the on-disk SPIR-V cache keys it (SHA-256 of the compiler
+ * identity and the GLSL source), with that source, and the exporting
+ * device's pipeline-cache data. A backend that compiles kernels asks it
+ * before its caches and its compiler; one exporting fills it. */
+typedef struct kernel_entry {
+    uint8_t key[32];
+    char *src;       /* the GLSL, NUL-terminated */
+    uint32_t *words; /* its SPIR-V */
+    size_t nwords;
+} kernel_entry;
+
+typedef struct kernel_set {
+    char *compiler_id; /* of the compiler that made the words (vk_compiler_id) */
+    uint32_t vendor_id, device_id, driver_version, api_version;
+    char device_name[256];
+    kernel_entry *k; /* sorted by key, no two alike */
+    int n;
+    void *pipeline; /* the device's VkPipelineCache data (its own header first), or NULL */
+    size_t pipeline_bytes;
+} kernel_set;
+/* Frees what a kernel_set owns (a zeroed one is fine). */
+void kernel_set_free(kernel_set *ks);
+/* Sorts ks->k by key and drops repeated keys (the export's dedup). */
+void kernel_set_sort(kernel_set *ks);
+
 typedef struct program {
     const mn_graph *g;
     const int32_t *order; /* every non-source node that runs in a step, in order */
@@ -35,6 +61,12 @@ typedef struct program {
     const int32_t *kernel_root;
     /* kernel_kind[r]: the kir_kind of the kernel rooted at r (kir.h), or NULL */
     const uint8_t *kernel_kind;
+    /* Optional: kernels to take before compiling (kernel_set above; the
+     * backend may use it only while create runs). */
+    const kernel_set *kernels;
+    /* Keep every kernel's source and binary after create, for
+     * export_kernels (inference sessions). */
+    bool keep_kernels;
 } program;
 
 typedef struct backend_vtable {
@@ -66,6 +98,12 @@ typedef struct backend_vtable {
     mn_status (*device_wrap)(void **dev, const void *desc, char *err, size_t cap);
     mn_status (*bind_external)(void *b, int32_t node, const void *buf, char *err, size_t cap);
     mn_status (*execute_sync)(void *b, const int32_t *nodes, int32_t n, const void *sub, char *err, size_t cap);
+    /* Optional (Vulkan): the program's kernels (program.keep_kernels) and
+     * this device's pipeline-cache data for an inference bundle, into *out
+     * (zeroed; kernel_set_free it); where the kernels came from. NULL: the
+     * backend has no kernels to ship (cpu) and counts nothing. */
+    mn_status (*export_kernels)(void *b, kernel_set *out, char *err, size_t cap);
+    void (*kernel_stats)(void *b, mn_kernel_stats *out);
 } backend_vtable;
 
 /* Device choice (device_pick.c). type_rank: 0 discrete GPU, 1 integrated,

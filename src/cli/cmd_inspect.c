@@ -1,6 +1,8 @@
-/* cmd_inspect.c - `meganeura inspect FILE.safetensors`: validates the file,
- * then prints its metadata, one line per tensor and the totals (through
- * io/safetensors.h, which escapes names and metadata).
+/* cmd_inspect.c - `meganeura inspect FILE`: validates the file, then prints
+ * for a safetensors file its metadata, one line per tensor and the totals
+ * (through io/safetensors.h, which escapes names and metadata), and for an
+ * inference bundle (its first bytes are "MNBUNDLE") its sections, info,
+ * inputs, outputs, weights and kernels (session/bundle.h).
  *
  * Does not: change the file, or read tensor data beyond validating it.
  */
@@ -10,13 +12,18 @@
 #include "cli/args.h"
 #include "cli/cmd_inspect.h"
 #include "cli/messages.h"
+#include "io/bundle.h"
+#include "io/file.h"
 #include "io/safetensors.h"
+#include "session/bundle.h"
 
 static void help_inspect(FILE *f) {
-    fprintf(f, "Usage: meganeura inspect FILE.safetensors\n"
+    fprintf(f, "Usage: meganeura inspect FILE.safetensors | FILE.mnb\n"
                "\n"
                "Prints the metadata of a safetensors file, then one line per tensor (name,\n"
-               "dtype, shape, bytes), then totals. The file is fully validated first.\n"
+               "dtype, shape, bytes), then totals. For an inference bundle (`meganeura\n"
+               "export`): its sections, info, inputs and outputs, weights and kernels.\n"
+               "The file is fully validated first.\n"
                "\n"
                "Options:\n"
                "  -h, --help  show this help\n");
@@ -36,9 +43,15 @@ int cmd_inspect(int argc, char **argv) {
         path = argv[i];
     }
     if (!path) return usage_error("inspect", "inspect: expected a .safetensors file");
+    char err[1024];
+    /* a bundle by its magic (a file that cannot be read is st_load's to report) */
+    FILE *peek = io_fopen_read(path);
+    char magic[8] = {0};
+    bool bundle = peek && fread(magic, 1, 8, peek) == 8 && memcmp(magic, BUNDLE_MAGIC, 8) == 0;
+    if (peek) fclose(peek);
+    if (bundle) return bundle_print_summary(path, stdout, err, sizeof err) == MN_OK ? 0 : fail("%s", err);
     st_file f;
     memset(&f, 0, sizeof f);
-    char err[1024];
     if (st_load(&f, path, err, sizeof err) != MN_OK) {
         st_free(&f);
         return fail("%s", err);

@@ -1,7 +1,7 @@
 /* cmd_mnist.c - the MNIST commands of the meganeura CLI:
  *
  *   meganeura train mnist [options]    train an MLP or CNN, evaluate, checkpoint
- *   meganeura eval mnist --checkpoint FILE [options]
+ *   meganeura eval mnist (--checkpoint FILE | --bundle FILE) [options]
  *
  * train: AdamW with warm-up + cosine, a reshuffle and random shifts every
  * epoch, progress on stderr, a checkpoint after every epoch and on Ctrl-C
@@ -129,15 +129,18 @@ static void help_train(FILE *f) {
 
 static void help_eval(FILE *f) {
     fprintf(f,
-            "Usage: meganeura eval mnist --checkpoint FILE [options]\n"
+            "Usage: meganeura eval mnist (--checkpoint FILE | --bundle FILE) [options]\n"
             "\n"
             "Evaluates a checkpoint written by `meganeura train mnist` on the MNIST test\n"
             "split (the images after the first %d of each digit: 2,000) with an inference\n"
             "session of batch %d, and prints the accuracy to stdout. The model (mlp or cnn)\n"
-            "is read from the checkpoint's \"model\" metadata.\n"
+            "is read from the checkpoint's \"model\" metadata. With --bundle, the session\n"
+            "comes from an inference bundle of `meganeura export` (its graph, batch and\n"
+            "weights; on vulkan its kernels, and stderr says how many came from it).\n"
             "\n"
             "Options:\n"
-            "  --checkpoint FILE     checkpoint to evaluate (required)\n"
+            "  --checkpoint FILE     checkpoint to evaluate\n"
+            "  --bundle FILE         inference bundle to evaluate instead\n"
             "  --backend cpu|vulkan  where to run (default cpu)\n"
             "  --data FILE           MNIST cache written by `make data`\n"
             "                          (default %s)\n"
@@ -237,8 +240,48 @@ static int session_fail(mn_session *s, const char *what) {
 
 /* ---- evaluation (shared by train and eval) -------------------------------- */
 
-/* Builds an inference session of model m, loads ckpt into it, classifies the
- * test split in batches of EVAL_BATCH and prints the accuracy line. */
+/* Classifies the test split with s (input "x" f32 [batch,784], output
+ * "logits" f32 [batch,10]) in batches and prints the accuracy line. what
+ * names the checkpoint or bundle in messages. */
+static int classify(mn_session *s, int64_t batch, const mnist_split *test, const char *what) {
+    int rc = 0;
+    float *x = calloc((size_t)batch * MNIST_PIXELS, sizeof(float));
+    float *logits = malloc((size_t)batch * NUM_CLASSES * sizeof(float));
+    if (!x || !logits) {
+        rc = fail("out of memory");
+        goto done;
+    }
+    int64_t correct = 0;
+    for (int64_t at = 0; at < test->n; at += batch) {
+        int64_t k = test->n - at < batch ? test->n - at : batch;
+        memcpy(x, test->images + at * MNIST_PIXELS, (size_t)k * MNIST_PIXELS * sizeof(float));
+        if (k < batch) /* pad the last batch; its extra rows are ignored */
+            memset(x + k * MNIST_PIXELS, 0, (size_t)(batch - k) * MNIST_PIXELS * sizeof(float));
+        if (mn_session_set_input(s, "x", x, (size_t)batch * MNIST_PIXELS * sizeof(float)) != MN_OK ||
+            mn_session_run(s) != MN_OK ||
+            mn_session_output(s, "logits", logits, (size_t)batch * NUM_CLASSES * sizeof(float)) != MN_OK) {
+            rc = session_fail(s, "evaluating");
+            goto done;
+        }
+        for (int64_t i = 0; i < k * NUM_CLASSES; i++)
+            if (!isfinite(logits[i])) {
+                rc = fail("the model computes a non-finite logit (%g) for test image %" PRId64 ": %s is unusable",
+                          (double)logits[i], at + i / NUM_CLASSES, show(what).s);
+                goto done;
+            }
+        correct += count_correct(logits, test->labels + at, k);
+    }
+    printf("test accuracy %.2f%% (%" PRId64 "/%" PRId64 ")\n",
+           100.0 * (double)correct / (double)test->n, correct, test->n);
+    fflush(stdout);
+done:
+    free(x);
+    free(logits);
+    return rc;
+}
+
+/* Builds an inference session of model m, loads ckpt into it and
+ * classifies the test split in batches of EVAL_BATCH. */
 static int evaluate(const char *ckpt, cli_model m, mn_backend_kind backend,
                     const mnist_split *test) {
     char err[1024];
@@ -250,46 +293,37 @@ static int evaluate(const char *ckpt, cli_model m, mn_backend_kind backend,
     mn_session *s = session_new(g, &opt);
     mn_graph_destroy(g);
     if (!s) return EXIT_ERROR;
-    int rc = 0;
-    float *x = calloc((size_t)EVAL_BATCH * MNIST_PIXELS, sizeof(float));
-    float *logits = malloc((size_t)EVAL_BATCH * NUM_CLASSES * sizeof(float));
-    if (!x || !logits) {
-        rc = fail("out of memory");
-        goto done;
+    int rc = mn_session_load(s, ckpt) != MN_OK ? session_fail(s, "loading the checkpoint")
+                                               : classify(s, EVAL_BATCH, test, ckpt);
+    mn_session_destroy(s);
+    return rc;
+}
+
+/* The session of an inference bundle (`meganeura export`), which must read
+ * "x" [B,784] and give "logits" [B,10]; says on stderr where its kernels
+ * came from. */
+static int evaluate_bundle(const char *path, mn_backend_kind backend, const mnist_split *test) {
+    mn_session_options opt = mn_session_default_options();
+    opt.backend = backend;
+    mn_session *s = NULL;
+    if (mn_session_create_from_bundle(&s, path, &opt) != MN_OK) {
+        int rc = fail("%s", s ? mn_session_error(s) : "out of memory");
+        mn_session_destroy(s);
+        return rc;
     }
-    if (mn_session_load(s, ckpt) != MN_OK) {
-        rc = session_fail(s, "loading the checkpoint");
-        goto done;
+    size_t nx = 0, nl = 0;
+    int rc;
+    if (mn_session_numel(s, "x", &nx) != MN_OK || mn_session_numel(s, "logits", &nl) != MN_OK || nx == 0 ||
+        nx % MNIST_PIXELS || nl != nx / MNIST_PIXELS * NUM_CLASSES) {
+        rc = fail("%s: not an MNIST classifier (input \"x\" [B,%d] and output \"logits\" [B,%d])", show(path).s,
+                  MNIST_PIXELS, NUM_CLASSES);
+    } else {
+        mn_kernel_stats ks;
+        if (backend == MN_BACKEND_VULKAN && mn_session_kernel_stats(s, &ks) == MN_OK)
+            fprintf(stderr, "meganeura: kernels: %d from the bundle, %d from the cache, %d compiled%s\n", ks.bundled,
+                    ks.cached, ks.compiled, ks.bundle_pipelines ? "; its pipeline cache used" : "");
+        rc = classify(s, (int64_t)(nx / MNIST_PIXELS), test, path);
     }
-    int64_t correct = 0;
-    for (int64_t at = 0; at < test->n; at += EVAL_BATCH) {
-        int64_t k = test->n - at < EVAL_BATCH ? test->n - at : EVAL_BATCH;
-        memcpy(x, test->images + at * MNIST_PIXELS, (size_t)k * MNIST_PIXELS * sizeof(float));
-        if (k < EVAL_BATCH) /* pad the last batch; its extra rows are ignored */
-            memset(x + k * MNIST_PIXELS, 0, (size_t)(EVAL_BATCH - k) * MNIST_PIXELS * sizeof(float));
-        if (mn_session_set_input(s, "x", x, (size_t)EVAL_BATCH * MNIST_PIXELS * sizeof(float)) !=
-                MN_OK ||
-            mn_session_run(s) != MN_OK ||
-            mn_session_output(s, "logits", logits,
-                              (size_t)EVAL_BATCH * NUM_CLASSES * sizeof(float)) != MN_OK) {
-            rc = session_fail(s, "evaluating");
-            goto done;
-        }
-        for (int64_t i = 0; i < k * NUM_CLASSES; i++)
-            if (!isfinite(logits[i])) {
-                rc = fail("the model computes a non-finite logit (%g) for test image %" PRId64
-                          ": the checkpoint %s is unusable",
-                          (double)logits[i], at + i / NUM_CLASSES, show(ckpt).s);
-                goto done;
-            }
-        correct += count_correct(logits, test->labels + at, k);
-    }
-    printf("test accuracy %.2f%% (%" PRId64 "/%" PRId64 ")\n",
-           100.0 * (double)correct / (double)test->n, correct, test->n);
-    fflush(stdout);
-done:
-    free(x);
-    free(logits);
     mn_session_destroy(s);
     return rc;
 }
@@ -673,7 +707,7 @@ int cmd_eval_mnist(int argc, char **argv) {
         return usage_error("eval", "eval: expected the data set name 'mnist'%s%s%s",
                            argc >= 2 ? ", got '" : "", argc >= 2 ? show(argv[1]).s : "",
                            argc >= 2 ? "'" : "");
-    const char *ckpt = NULL, *data_arg = NULL;
+    const char *ckpt = NULL, *bundle = NULL, *data_arg = NULL;
     mn_backend_kind backend = MN_BACKEND_CPU;
     a.i = 2;
     while (a.i < argc && !a.status) {
@@ -683,6 +717,8 @@ int cmd_eval_mnist(int argc, char **argv) {
             return 0;
         } else if (flag_value(&a, "--checkpoint", &v)) {
             ckpt = v;
+        } else if (flag_value(&a, "--bundle", &v)) {
+            bundle = v;
         } else if (flag_value(&a, "--backend", &v)) {
             if (!a.status && !parse_backend(v, &backend))
                 return usage_error("eval", "--backend must be cpu or vulkan, got '%s'", show(v).s);
@@ -693,7 +729,18 @@ int cmd_eval_mnist(int argc, char **argv) {
         }
     }
     if (a.status) return a.status;
-    if (!ckpt || !ckpt[0]) return usage_error("eval", "eval: --checkpoint FILE is required");
+    if (ckpt && bundle) return usage_error("eval", "eval: give --checkpoint or --bundle, not both");
+    if (bundle) {
+        if (!bundle[0]) return usage_error("eval", "eval: --bundle needs a file name");
+        char dbuf[4096];
+        const char *dpath = data_path(dbuf, sizeof dbuf, data_arg);
+        mnist_data data;
+        if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
+        int rc = evaluate_bundle(bundle, backend, &data.test);
+        mnist_free(&data);
+        return rc;
+    }
+    if (!ckpt || !ckpt[0]) return usage_error("eval", "eval: --checkpoint FILE or --bundle FILE is required");
 
     char kind[64], err[1024];
     if (mn_checkpoint_meta(ckpt, "model", kind, sizeof kind, err, sizeof err) != MN_OK)

@@ -4,10 +4,11 @@
  *   meganeura train mnist [options]              cmd_mnist.c
  *   meganeura train lm --data FILE.txt ...       cmd_lm.c
  *   meganeura generate --model DIR --prompt TEXT ...   cmd_lm.c
- *   meganeura eval mnist --checkpoint FILE [options]   cmd_mnist.c
+ *   meganeura eval mnist (--checkpoint FILE | --bundle FILE) [options]   cmd_mnist.c
+ *   meganeura export --checkpoint FILE --out FILE.mnb [options]   cmd_export.c
  *   meganeura classify --model FILE IMAGE...     cmd_classify.c
  *   meganeura transcribe --model DIR FILE.wav... cmd_transcribe.c
- *   meganeura inspect FILE.safetensors           cmd_inspect.c
+ *   meganeura inspect FILE.safetensors | FILE.mnb      cmd_inspect.c
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]   cmd_data.c
  *   meganeura devices                            cmd_devices.c
  *
@@ -17,8 +18,8 @@
  * Exit status: 0 success, 1 error (`meganeura: error: ...`), 2 bad usage, 130
  * interrupted (after saving a checkpoint).
  *
- * Commands use only the public API (meganeura.h), plus io/safetensors.h for
- * `inspect`, io/mnist.h for the data set and io/text.h to escape paths,
+ * Commands use only the public API (meganeura.h), plus io/safetensors.h and
+ * session/bundle.h for `inspect`, io/mnist.h for the data set and io/text.h to escape paths,
  * names and metadata before they reach the terminal.
  *
  * Does not: parse any command's options (each command does).
@@ -30,6 +31,7 @@
 #include "cli/cmd_classify.h"
 #include "cli/cmd_data.h"
 #include "cli/cmd_devices.h"
+#include "cli/cmd_export.h"
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
@@ -48,10 +50,11 @@ static void help_main(FILE *f) {
             "  train mnist     train a digit classifier on MNIST, evaluate it, save a checkpoint\n"
             "  train lm        train a Llama-family language model on a text file\n"
             "  generate        continue a prompt with a Hugging Face Llama-family model\n"
-            "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
+            "  eval mnist      evaluate a checkpoint or a bundle on the MNIST test images\n"
+            "  export          write an inference bundle (graph, weights, kernels) of a checkpoint\n"
             "  classify        classify PNG/JPEG images with a torchvision ResNet\n"
             "  transcribe      speech to text (WAV) with a Hugging Face Whisper model\n"
-            "  inspect FILE    list the metadata and tensors of a safetensors file\n"
+            "  inspect FILE    list the metadata and tensors of a safetensors file or a bundle\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "  devices         list the Vulkan devices, their limits and extensions\n"
             "\n"
@@ -95,6 +98,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cli_dist_end(cmd_train(argc - 1, argv + 1));
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
+    if (strcmp(cmd, "export") == 0) return cmd_export(argc - 1, argv + 1);
     if (strcmp(cmd, "classify") == 0) return cmd_classify(argc - 1, argv + 1);
     if (strcmp(cmd, "transcribe") == 0) return cmd_transcribe(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);

@@ -710,50 +710,70 @@ static char *build_header(const st_entry *e, int n, const char *const *meta_kv, 
     return text;
 }
 
-mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char *const *meta_kv, int nmeta,
-                         char *err, size_t cap) {
+mn_status st_write(st_put put, void *sink, const char *what, const st_entry *e, int n, const char *const *meta_kv,
+                   int nmeta, char *err, size_t cap) {
     if (err && cap) err[0] = 0;
     char shown[IO_ESC_PATH];
-    if (!path || !*path || n < 0 || (n > 0 && !e) || nmeta < 0 || (nmeta > 0 && !meta_kv)) {
-        set_err(err, cap, "st_save_atomic: bad arguments (path %s, %d entries, %d metadata pairs)",
-                path ? (*path ? "set" : "empty") : "NULL", n, nmeta);
+    io_esc(shown, sizeof shown, what ? what : "(unnamed)");
+    if (!put || n < 0 || (n > 0 && !e) || nmeta < 0 || (nmeta > 0 && !meta_kv)) {
+        set_err(err, cap, "st_write '%s': bad arguments (%d entries, %d metadata pairs)", shown, n, nmeta);
         return MN_E_INVALID;
     }
     uint64_t total;
     mn_status s = validate_entries(e, n, meta_kv, nmeta, &total, err, cap);
     if (s != MN_OK) {
-        if (s == MN_E_NOMEM) set_err(err, cap, "out of memory saving '%s'", io_esc(shown, sizeof shown, path));
+        if (s == MN_E_NOMEM) set_err(err, cap, "out of memory saving '%s'", shown);
         return s;
     }
     char *hdr = build_header(e, n, meta_kv, nmeta);
     if (!hdr) {
-        set_err(err, cap, "out of memory building the header of '%s'", io_esc(shown, sizeof shown, path));
+        set_err(err, cap, "out of memory building the header of '%s'", shown);
         return MN_E_NOMEM;
     }
     size_t hl = strlen(hdr);
     size_t padded = (hl + 7) & ~(size_t)7; /* 8 + padded is a multiple of 8: data starts aligned */
     if (padded > ST_MAX_HEADER_BYTES) {
-        set_err(err, cap, "header of '%s' would be %zu bytes, over the %u-byte limit", io_esc(shown, sizeof shown, path),
-                padded, ST_MAX_HEADER_BYTES);
+        set_err(err, cap, "header of '%s' would be %zu bytes, over the %u-byte limit", shown, padded,
+                ST_MAX_HEADER_BYTES);
         cJSON_free(hdr);
         return MN_E_INVALID;
-    }
-
-    io_atomic w;
-    s = io_atomic_open(&w, path, err, cap);
-    if (s != MN_OK) {
-        cJSON_free(hdr);
-        return s;
     }
     uint8_t lenbuf[8];
     put_le64(lenbuf, (uint64_t)padded);
     static const char spaces[8] = "        ";
-    s = io_atomic_write(&w, lenbuf, 8, err, cap);
-    if (s == MN_OK) s = io_atomic_write(&w, hdr, hl, err, cap);
-    if (s == MN_OK) s = io_atomic_write(&w, spaces, padded - hl, err, cap);
+    s = put(sink, lenbuf, 8, err, cap);
+    if (s == MN_OK) s = put(sink, hdr, hl, err, cap);
+    if (s == MN_OK) s = put(sink, spaces, padded - hl, err, cap);
     for (int i = 0; s == MN_OK && i < n; i++)
-        if (e[i].bytes) s = io_atomic_write(&w, e[i].data, e[i].bytes, err, cap);
+        if (e[i].bytes) s = put(sink, e[i].data, e[i].bytes, err, cap);
     cJSON_free(hdr);
+    return s;
+}
+
+static mn_status atomic_put(void *w, const void *p, uint64_t n, char *err, size_t cap) {
+    return io_atomic_write(w, p, n, err, cap);
+}
+
+mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char *const *meta_kv, int nmeta,
+                         char *err, size_t cap) {
+    if (err && cap) err[0] = 0;
+    if (!path || !*path || n < 0 || (n > 0 && !e) || nmeta < 0 || (nmeta > 0 && !meta_kv)) {
+        set_err(err, cap, "st_save_atomic: bad arguments (path %s, %d entries, %d metadata pairs)",
+                path ? (*path ? "set" : "empty") : "NULL", n, nmeta);
+        return MN_E_INVALID;
+    }
+    /* everything st_write refuses is refused before the file is touched */
+    uint64_t total;
+    char shown[IO_ESC_PATH];
+    mn_status s = validate_entries(e, n, meta_kv, nmeta, &total, err, cap);
+    if (s != MN_OK) {
+        if (s == MN_E_NOMEM) set_err(err, cap, "out of memory saving '%s'", io_esc(shown, sizeof shown, path));
+        return s;
+    }
+    io_atomic w;
+    s = io_atomic_open(&w, path, err, cap);
+    if (s != MN_OK) return s;
+    s = st_write(atomic_put, &w, path, e, n, meta_kv, nmeta, err, cap);
     if (s != MN_OK) {
         io_atomic_abort(&w);
         return s;

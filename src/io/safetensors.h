@@ -75,6 +75,12 @@ typedef struct st_entry {
 /* meta_kv: nmeta (key, value) pairs as 2*nmeta strings. */
 mn_status st_save_atomic(const char *path, const st_entry *e, int n, const char *const *meta_kv,
                          int nmeta, char *err, size_t cap);
+/* The same file's bytes handed to put(sink, ...) in order (an inference
+ * bundle's weights section); `what` names it in messages. Validates as
+ * st_save_atomic does before putting anything. */
+typedef mn_status (*st_put)(void *sink, const void *p, uint64_t n, char *err, size_t cap);
+mn_status st_write(st_put put, void *sink, const char *what, const st_entry *e, int n, const char *const *meta_kv,
+                   int nmeta, char *err, size_t cap);
 
 /* Human-readable listing for `meganeura inspect`: metadata, then one line per
  * tensor (name, dtype, shape, bytes), then totals. Names and metadata are

@@ -120,16 +120,21 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     memset(&f, 0, sizeof f);
     mn_status st = st_load(&f, path, s->err, sizeof s->err);
     if (st) return st;
+    st = session_load_tensors(s, &f, path);
+    st_free(&f);
+    return st;
+}
+
+mn_status session_load_tensors(mn_session *s, const struct st_file *fp, const char *path) {
+    const st_file f = *fp; /* read only: the caller frees it */
+    mn_status st = MN_OK;
     mn_graph *g = s->g;
     bool training = s->opt.mode == MN_MODE_TRAINING;
     char sa[IO_ESC_NAME > 96 ? IO_ESC_NAME : 96], sb[96];
     /* the file's tensor of each node, -1 if none (one hash lookup per file
      * tensor: loading stays linear in the number of tensors) */
     int *tensor_of = malloc((size_t)g->n * sizeof *tensor_of + 1);
-    if (!tensor_of) {
-        st_free(&f);
-        return load_fail(s, MN_E_NOMEM, path, "out of memory");
-    }
+    if (!tensor_of) return load_fail(s, MN_E_NOMEM, path, "out of memory");
     for (int32_t i = 0; i < g->n; i++) tensor_of[i] = -1;
     /* 1. every tensor in the file belongs to the session (optimizer state
      *    is skipped by inference sessions) */
@@ -249,7 +254,6 @@ mn_status mn_session_load(mn_session *s, const char *path) {
     s->have_loss = false;
 done:
     free(tensor_of);
-    st_free(&f);
     return st;
 }
 

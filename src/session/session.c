@@ -214,6 +214,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         return fail(s, MN_E_INVALID, "session: unknown precision %d (strict, fast bf16, fast f16)", (int)o->precision);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
+    /* inference sessions keep the graph as given: mn_session_export_bundle writes it */
+    if (!training && (st = graph_clone(&s->user, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
     s->nuser = g->n;
     if (!training) graph_dropout_to_identity(g); /* dropout is the identity in inference */
@@ -307,7 +309,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     }
     /* the backend keeps pointers into the program: it lives in the session */
     s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
-                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->kernels.fused ? s->kernels.kind : NULL};
+                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->kernels.fused ? s->kernels.kind : NULL,
+                        s->iopt.kernels, !training};
     if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
     if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
@@ -335,6 +338,7 @@ mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_sessio
     s->opt = *opt;
     if (iopt) s->iopt = *iopt;
     mn_status st = build(s, g);
+    s->iopt.kernels = s->prog.kernels = NULL; /* the caller's, for the build only */
     if (st) s->dead = true;
     return st;
 }
@@ -353,6 +357,7 @@ void mn_session_destroy(mn_session *s) {
     session_subsets_free(s);
     session_dist_free(s->dist);
     mn_graph_destroy(s->g);
+    mn_graph_destroy(s->user);
     free(s->grads);
     free(s->host_bound);
     for (int i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);

@@ -28,6 +28,7 @@ typedef struct session_internal_options {
      * (tests and tools counting dispatches of full-size models). */
     bool plan_only;
     uint64_t plan_chunk;
+    const kernel_set *kernels; /* precompiled kernels (a bundle), used while the session is built */
 } session_internal_options;
 
 struct mn_device {
@@ -80,6 +81,7 @@ struct mn_session {
     session_subset subsets[SESSION_MAX_SUBSETS]; /* mn_session_run_outputs (run_outputs.c) */
     int nsubsets;
     uint8_t *host_bound; /* per node: bound to a host buffer (vulkan_host.c), or NULL */
+    mn_graph *user;      /* inference sessions: the user's graph as given (an exported bundle's) */
     struct session_dist *dist; /* data-parallel steps (dist.c), NULL for one process */
 };
 
@@ -93,6 +95,12 @@ mn_status session_write_node(mn_session *s, int32_t id, const void *src, size_t 
 /* Float nodes as f32 host values (converted in f64 mode); i32 nodes raw. */
 mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count);
 mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count);
+/* Loads the parameters (and, in training sessions, the optimizer state) of
+ * a parsed safetensors file into s after checking all of it against s
+ * (names, dtypes, shapes, metadata, no NaN or infinity); path names it in
+ * messages. mn_session_load reads the file; bundles pass their weights. */
+struct st_file;
+mn_status session_load_tensors(mn_session *s, const struct st_file *f, const char *path);
 /* Gradient node of a user node (grads_only or training sessions), MN_NONE if none. */
 int32_t session_grad_of(const mn_session *s, int32_t id);
 /* Upper bound of the JSON header of this session's checkpoints (bytes). */

@@ -650,8 +650,9 @@ static void print_profile(vkb *b) {
             fprintf(stderr, "  %-24s %10llu %12.1f %10.2f %6.1f\n", rows[op].name, (unsigned long long)rows[op].calls,
                     rows[op].ns / 1e3, rows[op].ns / 1e3 / (double)rows[op].calls,
                     total > 0 ? 100.0 * rows[op].ns / total : 0.0);
-    fprintf(stderr, "  session build %.1f ms (%d kernels compiled, %d from the cache)\n", b->build_ms,
-            b->kernels_compiled, b->kernels_cached);
+    fprintf(stderr, "  session build %.1f ms (%d kernels compiled, %d from the cache, %d from the bundle%s)\n",
+            b->build_ms, b->kernels_compiled, b->kernels_cached, b->kernels_bundled,
+            b->bundle_pipelines ? ", with its pipeline cache" : "");
     if (b->executes) {
         double n = (double)b->executes;
         fprintf(stderr, "  host per execute: staging copies %.1f us, upload recording %.1f us, submit %.1f us, "
@@ -682,6 +683,7 @@ static void vkb_destroy(void *bp) {
             vkDestroyPipeline(d, b->pipes[i].pipeline, b->c.alloc);
             vkDestroyShaderModule(d, b->pipes[i].module, b->c.alloc);
         }
+        for (int i = 0; i < b->npipes; i++) free(b->pipes[i].src), free(b->pipes[i].words);
         if (b->pcache && b->pcache != b->c.host_pcache) vkDestroyPipelineCache(d, b->pcache, b->c.alloc);
         if (b->qpool) vkDestroyQueryPool(d, b->qpool, b->c.alloc);
         if (b->fence) vkDestroyFence(d, b->fence, b->c.alloc);
@@ -782,6 +784,7 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
     }
     if (!st) {
         vkb_pcache_load(b);
+        vkb_bundle_pipelines(b);
         st = vkb_build_kernels(b, err, cap);
     }
     if (!st) st = vkb_make_sets(b, err, cap);
@@ -854,6 +857,8 @@ const backend_vtable backend_vulkan = {
     .bind_external = vkb_bind_external,
     .execute_sync = vkb_execute_sync,
     .max_binding = vk_device_max_binding,
+    .export_kernels = vkb_export_kernels,
+    .kernel_stats = vkb_kernel_stats,
 };
 
 /* Used by `meganeura devices` through the public API. */

@@ -64,6 +64,10 @@ typedef struct pipe_entry {
     int32_t lay; /* its pipeline layout (lays) */
     VkShaderModule module;
     VkPipeline pipeline;
+    /* program.keep_kernels: the GLSL and SPIR-V, for export_kernels (vk_bundle.c) */
+    char *src;
+    uint32_t *words;
+    size_t nwords;
 } pipe_entry;
 
 typedef struct recorded {
@@ -140,7 +144,8 @@ typedef struct vkb {
     double trace_clock_us;
     bool trace_first;
     double build_ms;
-    int kernels_compiled, kernels_cached;
+    int kernels_compiled, kernels_cached, kernels_bundled;
+    bool bundle_pipelines; /* program.kernels' pipeline-cache data went into pcache */
     /* host time per phase of execute (MEGANEURA_PROFILE): staging copies,
      * upload recording, submit, wait; and the number of executes */
     double host_copy_us, host_record_us, host_submit_us, host_wait_us;
@@ -179,6 +184,15 @@ mn_status vkb_write_set(vkb *b, int32_t id, char *err, size_t cap);
 /* vk_pipeline.c: the on-disk pipeline cache of this device and driver (vk_cache.c). */
 void vkb_pcache_load(vkb *b);
 void vkb_pcache_save(vkb *b);
+/* vk_bundle.c: the SPIR-V of GLSL src from program.kernels (an inference
+ * bundle), checked with spirv-val: true with *words malloc'ed (free it). */
+bool vkb_bundle_spirv(const vkb *b, const char *src, uint32_t **words, size_t *nwords);
+/* vk_bundle.c: program.kernels' pipeline-cache data merged into pcache
+ * when its header is this device's (not into a host's cache). */
+void vkb_bundle_pipelines(vkb *b);
+/* vk_bundle.c: backend_vtable.export_kernels and .kernel_stats. */
+mn_status vkb_export_kernels(void *b, kernel_set *out, char *err, size_t cap);
+void vkb_kernel_stats(void *b, mn_kernel_stats *out);
 /* Records a failed Vulkan call in err (a lost device marks the backend lost). */
 mn_status vkb_fail(vkb *b, VkResult r, const char *call, char *err, size_t cap);
 

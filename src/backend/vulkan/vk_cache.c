@@ -215,6 +215,10 @@ static bool pipeline_header_ok(const unsigned char *d, size_t n, const VkPhysica
            v[3] == p->deviceID && memcmp(d + 16, p->pipelineCacheUUID, VK_UUID_SIZE) == 0;
 }
 
+bool vk_pipeline_data_fits(const void *data, size_t n, const VkPhysicalDeviceProperties *props) {
+    return data && pipeline_header_ok(data, n, props);
+}
+
 void vk_pipeline_load(const char *path, const VkPhysicalDeviceProperties *props, void **data, size_t *n) {
     *data = NULL;
     *n = 0;

@@ -56,6 +56,9 @@ bool vk_pipeline_path(char *path, size_t cap, const VkPhysicalDeviceProperties *
 /* The driver data saved for this device: *data malloc'ed (the caller frees
  * it) and *n > 0, or *data = NULL and *n = 0 if none is valid. */
 void vk_pipeline_load(const char *path, const VkPhysicalDeviceProperties *props, void **data, size_t *n);
+/* Whether data starts with the Vulkan pipeline-cache header of this device
+ * (vendor and device id, pipelineCacheUUID): driver data made for it. */
+bool vk_pipeline_data_fits(const void *data, size_t n, const VkPhysicalDeviceProperties *props);
 /* Saves the driver data (from vkGetPipelineCacheData) if its Vulkan header
  * is this device's (best effort). */
 void vk_pipeline_store(const char *path, const VkPhysicalDeviceProperties *props, const void *data, size_t n);

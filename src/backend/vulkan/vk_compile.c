@@ -1,6 +1,7 @@
 /* vk_compile.c - GLSL to SPIR-V with libshaderc (linked statically), through
- * the on-disk SPIR-V cache (vk_cache.c), and the compiler's identity that
- * keys that cache.
+ * the on-disk SPIR-V cache (vk_cache.c), the compiler's identity that keys
+ * that cache, and SPIR-V validation (SPIRV-Tools: binaries from a bundle).
+ * The one file that includes libspirv.h (it defines a global in C).
  *
  * Kernels that ask for it (MN_SPIRV_PASS) go through a SPIR-V pass after
  * glslang (vk_spirv.h: cooperative matrices in the KHR form).
@@ -46,16 +47,27 @@ void vk_compiler_id(char *buf, size_t cap) {
 /* The SPIR-V pass a kernel asks for with "#define MN_SPIRV_PASS <name>"
  * (vk_codegen.h), applied to glslang's output before it is cached (the
  * name, with its version, is in the source and so in the cache key). */
+enum { PASS_NONE, PASS_COOPMAT, PASS_COOPMAT_BF16, PASS_UNKNOWN };
+static int pass_of(const char *source, const char **name, size_t *len) {
+    const char *p = strstr(source, "\n#define MN_SPIRV_PASS ");
+    if (!p) return PASS_NONE;
+    p += strlen("\n#define MN_SPIRV_PASS ");
+    *name = p;
+    *len = strcspn(p, " \n");
+    if (*len == strlen(VK_SPIRV_PASS_COOPMAT) && !strncmp(p, VK_SPIRV_PASS_COOPMAT, *len)) return PASS_COOPMAT;
+    if (*len == strlen(VK_SPIRV_PASS_COOPMAT_BF16) && !strncmp(p, VK_SPIRV_PASS_COOPMAT_BF16, *len))
+        return PASS_COOPMAT_BF16;
+    return PASS_UNKNOWN;
+}
+
 static mn_status apply_pass(uint32_t **words, size_t *nwords, const char *source, const char *name, char *err,
                             size_t cap) {
-    const char *p = strstr(source, "\n#define MN_SPIRV_PASS ");
-    if (!p) return MN_OK;
-    p += strlen("\n#define MN_SPIRV_PASS ");
-    const size_t len = strcspn(p, " \n");
-    bool bf16;
-    if (len == strlen(VK_SPIRV_PASS_COOPMAT) && !strncmp(p, VK_SPIRV_PASS_COOPMAT, len)) bf16 = false;
-    else if (len == strlen(VK_SPIRV_PASS_COOPMAT_BF16) && !strncmp(p, VK_SPIRV_PASS_COOPMAT_BF16, len)) bf16 = true;
-    else {
+    const char *p = NULL;
+    size_t len = 0;
+    const int pass = pass_of(source, &p, &len);
+    if (pass == PASS_NONE) return MN_OK;
+    const bool bf16 = pass == PASS_COOPMAT_BF16;
+    if (pass == PASS_UNKNOWN) {
         mn_fmt(err, cap, "vulkan: kernel %s asks for an unknown SPIR-V pass '%.*s'", name, (int)(len < 64 ? len : 64), p);
         return MN_E_INVALID;
     }
@@ -72,6 +84,34 @@ static mn_status apply_pass(uint32_t **words, size_t *nwords, const char *source
     return MN_OK;
 }
 
+bool vk_spirv_valid(const uint32_t *words, size_t nwords, const char *source, bool vulkan12, char *msg, size_t cap) {
+    const char *pn = NULL;
+    size_t pl = 0;
+    const int pass = pass_of(source, &pn, &pl);
+    if (pass == PASS_UNKNOWN) {
+        mn_fmt(msg, cap, "an unknown SPIR-V pass");
+        return false;
+    }
+    /* the KHR cooperative-matrix form postdates this SPIRV-Tools: the pass's own check */
+    if (pass != PASS_NONE) return vk_spirv_check_khr(words, nwords, pass == PASS_COOPMAT_BF16, msg, cap) == MN_OK;
+    spv_context ctx = spvContextCreate(vulkan12 ? SPV_ENV_VULKAN_1_2 : SPV_ENV_VULKAN_1_1);
+    if (!ctx) {
+        mn_fmt(msg, cap, "cannot create a SPIRV-Tools context");
+        return false;
+    }
+    spv_const_binary_t bin = {words, nwords};
+    spv_diagnostic diag = NULL;
+    const spv_result_t r = spvValidate(ctx, &bin, &diag);
+    if (r != SPV_SUCCESS) {
+        mn_fmt(msg, cap, "%.200s", diag && diag->error ? diag->error : "no message");
+        for (char *c = msg; *c; c++) /* one line in the log */
+            if (*c == '\n' || *c == '\r') *c = ' ';
+    }
+    spvDiagnosticDestroy(diag);
+    spvContextDestroy(ctx);
+    return r == SPV_SUCCESS;
+}
+
 mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
                      char *err, size_t cap) {
     char cid[512], path[1200];
@@ -84,6 +124,13 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
     if (use_cache && vk_spirv_load(path, &key, words, nwords)) {
         *cached = true;
         return MN_OK;
+    }
+    /* tests: prove a session was built without the compiler (a bundle) */
+    const char *nosc = getenv("MEGANEURA_FAULT_NO_SHADERC");
+    if (nosc && *nosc && strcmp(nosc, "0") != 0) {
+        mn_fmt(err, cap, "vulkan: kernel %s is not in the bundle or the cache, and MEGANEURA_FAULT_NO_SHADERC "
+               "forbids compiling it", name);
+        return MN_E_UNSUPPORTED;
     }
     shaderc_compiler_t comp = shaderc_compiler_initialize();
     shaderc_compile_options_t opt = shaderc_compile_options_initialize();

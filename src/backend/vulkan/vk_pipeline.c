@@ -184,7 +184,9 @@ typedef struct kjob {
     uint64_t key; /* mn_hash_str(src): found first, then compared in full */
     int32_t lay;
     int32_t pipe; /* index into b->pipes once made, or an existing entry */
-    bool cached;
+    bool cached, bundled;
+    uint32_t *words; /* kept for the pipe (program.keep_kernels) */
+    size_t nwords;
     mn_status st;
     char err[512];     /* vk_compile's message */
     const char *call;  /* the Vulkan call that failed (reported with vr by vkb_fail) */
@@ -208,13 +210,16 @@ typedef struct kpool {
 static void make_kernel(vkb *b, kjob *j) {
     uint32_t *words = NULL;
     size_t nwords = 0;
-    j->st = vk_compile(&words, &nwords, j->src, j->label, &j->cached, j->err, sizeof j->err);
+    /* an inference bundle's binary first, then the SPIR-V cache or shaderc */
+    j->bundled = vkb_bundle_spirv(b, j->src, &words, &nwords);
+    if (!j->bundled) j->st = vk_compile(&words, &nwords, j->src, j->label, &j->cached, j->err, sizeof j->err);
     if (j->st) return;
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = nwords * 4;
     mi.pCode = words;
     VkResult r = vkCreateShaderModule(b->c.device, &mi, b->c.alloc, &j->module);
-    free(words);
+    if (b->p->keep_kernels && r == VK_SUCCESS) j->words = words, j->nwords = nwords;
+    else free(words);
     if (r != VK_SUCCESS) {
         j->module = VK_NULL_HANDLE;
         j->call = "vkCreateShaderModule", j->vr = r, j->st = MN_E_BACKEND;
@@ -462,12 +467,16 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         pipe_entry *e = &b->pipes[b->npipes];
         memset(e, 0, sizeof *e);
         e->key = j->key, e->lay = j->lay, e->module = j->module, e->pipeline = j->pipeline;
-        j->cached ? b->kernels_cached++ : b->kernels_compiled++;
+        if (j->words) { /* kept for export_kernels: the pipe's now */
+            e->src = j->src, e->words = j->words, e->nwords = j->nwords;
+            j->src = NULL, j->words = NULL;
+        }
+        j->bundled ? b->kernels_bundled++ : j->cached ? b->kernels_cached++ : b->kernels_compiled++;
         j->pipe = b->npipes++;
     }
     for (int32_t i = 0; i < p->norder && !st; i++)
         if (job_of[i] >= 0) b->rt[p->order[i]].pipe = jobs[job_of[i]].pipe;
-    for (int32_t i = 0; i < njobs; i++) free(jobs[i].src);
+    for (int32_t i = 0; i < njobs; i++) free(jobs[i].src), free(jobs[i].words);
     free(jobs);
     free(job_of);
     free(region_of);

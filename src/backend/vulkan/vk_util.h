@@ -58,5 +58,10 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
 /* The compiler's identity: the shaderc, glslang and SPIRV-Tools releases,
  * the SPIR-V version and the compile options (one line, cut at cap). */
 void vk_compiler_id(char *buf, size_t cap);
+/* spirv-val of the words compiled from source for Vulkan 1.1 (1.2 with
+ * vulkan12), or, for a kernel whose SPIR-V went through the
+ * cooperative-matrix pass (newer than this SPIRV-Tools), the pass's own
+ * check (vk_spirv_check_khr); false with the message in msg. */
+bool vk_spirv_valid(const uint32_t *words, size_t nwords, const char *source, bool vulkan12, char *msg, size_t cap);
 
 #endif
