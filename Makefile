@@ -3,8 +3,8 @@
 #   make            build (release) into build/release
 #   make demo       train the MNIST MLP on the CPU backend
 #   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing (split
-#                   between the four fuzzers: safetensors, graph, tokenizer,
-#                   config.json), CLI checks
+#                   between the five fuzzers: safetensors, graph, tokenizer,
+#                   config.json, onnx), CLI checks, the ONNX conformance data
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
 #   make lm-demo    train a tiny Llama on the Jargon File (Debian jargon-text), generate
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -15,9 +15,9 @@ FUZZ_SECONDS ?= 60
 # `make test MN_REQUIRE_VULKAN=0` allows the skips.
 MN_REQUIRE_VULKAN ?= 1
 export MN_REQUIRE_VULKAN
-# each of the four fuzzers gets a quarter of FUZZ_SECONDS (at least 1 s)
-FUZZ_TARGETS := fuzz_safetensors fuzz_graph fuzz_tokenizer fuzz_hf_config
-FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); [ $$s -ge 1 ] && echo $$s || echo 1)
+# each fuzzer gets an equal share of FUZZ_SECONDS (at least 1 s)
+FUZZ_TARGETS := fuzz_safetensors fuzz_graph fuzz_tokenizer fuzz_hf_config fuzz_onnx
+FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)) )); [ $$s -ge 1 ] && echo $$s || echo 1)
 BIN := build/release/meganeura
 
 .PHONY: all deps build asan fuzz data demo lm-demo test clean

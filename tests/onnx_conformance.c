@@ -522,6 +522,11 @@ int main(int argc, char **argv) {
                    "# <suite>/<test> followed by the backends it passes on. Regenerate with\n"
                    "#   build/release/tests/onnx_conformance --expected tests/onnx/expected.txt \\\n"
                    "#       --write-expected tests/onnx/expected.txt\n");
+        for (int i = 0; i < nexp; i++) {
+            bool ran = false;
+            for (int j = 0; j < nres && !ran; j++) ran = strcmp(res[j].name, exp[i].name) == 0;
+            if (!ran) fprintf(f, "%s%s%s\n", exp[i].name, exp[i].be[0] ? " cpu" : "", exp[i].be[1] ? " vulkan" : "");
+        }
         for (int i = 0; i < nres; i++) {
             const expect *e = find_expect(exp, nexp, res[i].name);
             bool be[2];

@@ -456,7 +456,6 @@ static mn_status op_layer_norm(ox_ctx *c) {
     OX_CHECK(ox_attr_int(c, "axis", -1, &a));
     OX_CHECK(ox_attr_float(c, "epsilon", 1e-5f, &eps));
     OX_CHECK(ox_attr_int(c, "stash_type", 1, &stash)); /* statistics in f32 or wider: the CPU uses double */
-    if (ox_has_out(c, 1) || ox_has_out(c, 2)) return ox_unsup(c, "the Mean and InvStdDev outputs");
     if (!ox_dtype_float(x->dtype)) return ox_unsup(c, "%s input (float only)", mn_onnx_dtype_name(x->dtype));
     int axis;
     OX_CHECK(ox_axis(c, a, x->rank, "axis", &axis));
@@ -487,7 +486,26 @@ static mn_status op_layer_norm(ox_ctx *c) {
         OX_TRY(c, mn_mul(c->g, &y, y, wt));
         if (bv) OX_TRY(c, mn_add(c->g, &y, y, bt));
     }
-    return ox_set_out(c, 0, y, x->dtype);
+    OX_CHECK(ox_set_out(c, 0, y, x->dtype));
+    if (ox_has_out(c, 1) || ox_has_out(c, 2)) {
+        /* the statistics, [d0 .. d(axis-1), 1, ...]: the mean and
+         * 1 / sqrt(biased variance + eps), recomputed from x */
+        int64_t sd[MN_MAX_RANK];
+        for (int i = 0; i < x->rank; i++) sd[i] = i < axis ? x->dims[i] : 1;
+        mn_tensor m, xc, sq, var, e, inv, mo;
+        OX_TRY(c, mn_mean(c->g, &m, x2, 1, true));
+        OX_CHECK(ox_reshape(c, &mo, m, x->rank, sd));
+        OX_CHECK(ox_set_out(c, 1, mo, x->dtype));
+        OX_TRY(c, mn_sub(c->g, &xc, x2, m));
+        OX_TRY(c, mn_mul(c->g, &sq, xc, xc));
+        OX_TRY(c, mn_mean(c->g, &var, sq, 1, true));
+        OX_CHECK(ox_scalar(c, eps, &e));
+        OX_TRY(c, mn_add(c->g, &var, var, e));
+        OX_TRY(c, mn_rsqrt(c->g, &inv, var));
+        OX_CHECK(ox_reshape(c, &inv, inv, x->rank, sd));
+        OX_CHECK(ox_set_out(c, 2, inv, x->dtype));
+    }
+    return MN_OK;
 }
 
 static mn_status op_lrn(ox_ctx *c) {
