@@ -600,10 +600,11 @@ mn_status ox_attr_string(ox_ctx *c, const char *name, const char *def, const cha
         return MN_OK;
     }
     /* strings are bytes; a NUL inside one is refused */
-    if (memchr(a->s.data, 0, a->s.len)) return ox_fail(c, MN_E_FORMAT, "attribute '%s' holds a NUL byte", name);
+    if (a->s.len && memchr(a->s.data, 0, a->s.len))
+        return ox_fail(c, MN_E_FORMAT, "attribute '%s' holds a NUL byte", name);
     char *b = c->strs[c->n_strs++ & 3];
     size_t k = a->s.len < 255 ? a->s.len : 255;
-    memcpy(b, a->s.data, k);
+    if (k) memcpy(b, a->s.data, k);
     b[k] = 0;
     *out = b;
     return MN_OK;
@@ -612,7 +613,21 @@ mn_status ox_attr_string(ox_ctx *c, const char *name, const char *def, const cha
 /* ---- inputs --------------------------------------------------------------------- */
 
 bool ox_has_in(const ox_ctx *c, int k) { return k < c->nin && c->in[k] >= 0; }
-ox_value *ox_in(ox_ctx *c, int k) { return &c->im->vals[c->in[k]]; }
+/* an absent optional input reads as an empty placeholder; the accessors
+ * below refuse it */
+ox_value *ox_in(ox_ctx *c, int k) {
+    if (!ox_has_in(c, k)) {
+        static const ox_value absent = {.name = "(absent)", .kind = OXV_POISON, .init = -1, .input = -1, .t = MN_NONE};
+        c->absent = absent;
+        return &c->absent;
+    }
+    return &c->im->vals[c->in[k]];
+}
+
+static mn_status need_in(ox_ctx *c, int k) {
+    if (ox_has_in(c, k)) return MN_OK;
+    return ox_fail(c, MN_E_FORMAT, "input %d is required", k);
+}
 int ox_in_rank(ox_ctx *c, int k) { return ox_in(c, k)->rank; }
 const int64_t *ox_in_dims(ox_ctx *c, int k) { return ox_in(c, k)->dims; }
 int ox_in_dtype(ox_ctx *c, int k) { return ox_in(c, k)->dtype; }
@@ -642,6 +657,7 @@ static mn_status ensure_host(ox_ctx *c, ox_value *v) {
 }
 
 mn_status ox_in_host(ox_ctx *c, int k, const ox_host **h) {
+    OX_CHECK(need_in(c, k));
     ox_value *v = ox_in(c, k);
     char nb[128];
     if (v->kind == OXV_CONST || (v->kind == OXV_INPUT && v->hint)) {
@@ -887,11 +903,18 @@ static mn_status value_f32(ox_ctx *c, ox_value *v, mn_tensor *t, bool cast_ints)
     }
 }
 
-mn_status ox_in_f32(ox_ctx *c, int k, mn_tensor *t) { return value_f32(c, ox_in(c, k), t, false); }
+mn_status ox_in_f32(ox_ctx *c, int k, mn_tensor *t) {
+    OX_CHECK(need_in(c, k));
+    return value_f32(c, ox_in(c, k), t, false);
+}
 
-mn_status ox_in_f32_cast(ox_ctx *c, int k, mn_tensor *t) { return value_f32(c, ox_in(c, k), t, true); }
+mn_status ox_in_f32_cast(ox_ctx *c, int k, mn_tensor *t) {
+    OX_CHECK(need_in(c, k));
+    return value_f32(c, ox_in(c, k), t, true);
+}
 
 mn_status ox_in_ids(ox_ctx *c, int k, mn_tensor *t) {
+    OX_CHECK(need_in(c, k));
     ox_value *v = ox_in(c, k);
     char nb[128];
     if (!ox_dtype_int(v->dtype) || v->dtype == MN_ONNX_BOOL)
@@ -917,6 +940,7 @@ mn_status ox_in_ids(ox_ctx *c, int k, mn_tensor *t) {
 }
 
 mn_status ox_derive(ox_ctx *c, int k, int rank, const int64_t *dims) {
+    OX_CHECK(need_in(c, k));
     ox_import *im = c->im;
     ox_value *v = ox_in(c, k);
     if (ox_numel(rank, dims, OX_MAX_NUMEL) != ox_numel(v->rank, v->dims, OX_MAX_NUMEL))
@@ -1329,6 +1353,11 @@ static mn_status import_node(ox_import *im, int index) {
                     op->min_in, op->max_in, op->min_out, op->max_out);
             skip = true;
         }
+        for (int k = 0; !skip && k < op->min_in && k < c.nin; k++)
+            if (c.in[k] < 0) {
+                ox_fail(&c, MN_E_FORMAT, "input %d is required but empty", k);
+                skip = true;
+            }
     }
     if (!skip && !poisoned) {
         if (c.ver < 7) ox_attr_ignore(&c, "consumed_inputs"); /* an old memory hint without meaning here */

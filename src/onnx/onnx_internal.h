@@ -218,6 +218,7 @@ typedef struct ox_ctx {
     int failures;   /* items this node recorded */
     char strs[4][256]; /* string attributes read (ox_attr_string) */
     int n_strs;
+    ox_value absent;   /* what ox_in returns for an absent input */
 } ox_ctx;
 
 /* Records an unsupported item / an error of the node (op type and node name
