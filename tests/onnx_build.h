@@ -137,7 +137,7 @@ static inline Onnx__TensorProto *ob_tensor(ob *b, const char *name, int dtype, i
         t->dims[i] = dims[i];
         n *= dims[i];
     }
-    size_t es = dtype == 7 ? 8 : dtype == 9 ? 1 : 4;
+    size_t es = dtype == 7 || dtype == 11 ? 8 : dtype == 9 ? 1 : 4;
     if (raw) {
         t->has_raw_data = 1;
         t->raw_data.len = (size_t)n * es;

@@ -5,7 +5,8 @@
  *    the CPU and on Vulkan;
  * 2. fine-tuning: a loss added on the imported logits, SGD steps on both
  *    backends (equal losses, falling), parameters under the initializer
- *    names (get_param, checkpoints), opt.freeze, re-initialising;
+ *    names (get_param, checkpoints), opt.freeze, re-initialising; batch
+ *    norm's running statistics stay frozen while its scale trains;
  * 3. one error listing every unsupported item (an unknown operator, an
  *    unknown attribute, a dtype, a foreign domain), each naming its node;
  * 4. hostile bytes: every prefix of a model, byte flips, nesting beyond the
@@ -214,6 +215,73 @@ static void test_train(mn_device *dev) {
     train_run(buf, len, MN_BACKEND_CPU, NULL, true, lf, 3, w);
     CHECK(memcmp(w, W1, sizeof w) == 0);
     free(buf);
+}
+
+/* batch norm: the running statistics are frozen parameters, scale and bias train */
+static void test_batchnorm_frozen(void) {
+    ob b;
+    ob_init(&b, 15);
+    const int64_t xd[4] = {2, 3, 2, 2}, cd[1] = {3};
+    const float sc[3] = {1.0f, 0.5f, 2.0f}, bi[3] = {0.1f, 0.2f, 0.3f}, mu[3] = {0.5f, -0.5f, 0.0f}, va[3] = {1.0f, 2.0f, 0.5f};
+    ob_input(&b, "x", 1, 4, xd);
+    ob_output(&b, "y", 1, 4, xd);
+    ob_init_f32(&b, "bn.weight", 1, cd, sc);
+    ob_init_f32(&b, "bn.bias", 1, cd, bi);
+    ob_init_f32(&b, "bn.running_mean", 1, cd, mu);
+    ob_init_f32(&b, "bn.running_var", 1, cd, va);
+    Onnx__NodeProto *n = ob_node(&b, "BatchNormalization", "bn",
+                                 (const char *[]){"x", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", NULL},
+                                 (const char *[]){"y", NULL});
+    ob_attr_float(&b, n, "epsilon", 1e-3f);
+    size_t len;
+    uint8_t *buf = ob_pack(&b, &len);
+    ob_free(&b);
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_onnx *m = NULL;
+    CHECK_OK(mn_onnx_load_memory(&m, g, buf, len, NULL, g_err, sizeof g_err), g_err);
+    free(buf);
+    if (!m) {
+        mn_graph_destroy(g);
+        return;
+    }
+    mn_onnx_io io;
+    mn_onnx_output_at(m, 0, &io);
+    float tgt[24];
+    for (int i = 0; i < 24; i++) tgt[i] = (float)(i % 5) * 0.3f;
+    mn_tensor t, loss;
+    CHECK_OK(mn_graph_constant(g, &t, 4, xd, tgt), mn_graph_error(g));
+    CHECK_OK(mn_mse(g, &loss, io.tensor, t), mn_graph_error(g));
+    CHECK_OK(mn_graph_loss(g, loss), mn_graph_error(g));
+    mn_session_options so = mn_session_default_options();
+    so.mode = MN_MODE_TRAINING;
+    so.optim = mn_optimizer_default(MN_OPTIM_SGD);
+    so.optim.lr = 0.1f;
+    mn_session *s = NULL;
+    CHECK_OK(mn_session_create(&s, g, &so), s ? mn_session_error(s) : "");
+    CHECK_OK(mn_onnx_init_session(m, s), mn_onnx_error(m));
+    float x[24];
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) * 0.2f - 1.0f;
+    /* inference values: (x - mean) / sqrt(var + eps) * scale + bias */
+    CHECK_OK(mn_onnx_set_input(m, s, "x", x, sizeof x), mn_onnx_error(m));
+    CHECK_OK(mn_session_run(s), mn_session_error(s));
+    float y[24];
+    CHECK_OK(mn_onnx_get_output(m, s, "y", y, sizeof y), mn_onnx_error(m));
+    for (int i = 0; i < 24; i++) {
+        int ch = (i / 4) % 3;
+        CHECK_NEAR(y[i], (x[i] - mu[ch]) / sqrt(va[ch] + 1e-3) * sc[ch] + bi[ch], 1e-5);
+    }
+    for (int k = 0; k < 3; k++) CHECK_OK(mn_session_step(s), mn_session_error(s));
+    float v[3];
+    CHECK_OK(mn_session_get_param(s, "bn.running_mean", v, 3), mn_session_error(s));
+    CHECK(memcmp(v, mu, sizeof v) == 0);
+    CHECK_OK(mn_session_get_param(s, "bn.running_var", v, 3), mn_session_error(s));
+    CHECK(memcmp(v, va, sizeof v) == 0);
+    CHECK_OK(mn_session_get_param(s, "bn.weight", v, 3), mn_session_error(s));
+    CHECK(memcmp(v, sc, sizeof v) != 0);
+    mn_session_destroy(s);
+    mn_onnx_destroy(m);
+    mn_graph_destroy(g);
 }
 
 /* ---- one error for every unsupported item ------------------------------------------ */
@@ -678,6 +746,7 @@ int main(int argc, char **argv) {
     test_io(NULL);
     test_prefix();
     test_train(NULL);
+    test_batchnorm_frozen();
     const char *corpus = getenv("MN_FUZZ_ONNX_CORPUS");
     if (corpus) replay_corpus(corpus);
     mn_device *dev = th_require_vulkan();
