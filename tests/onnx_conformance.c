@@ -509,8 +509,21 @@ int main(int argc, char **argv) {
             printf("  %-6s pass %d, fail %d, unsupported %d, not run %d\n", b ? "vulkan" : "cpu", count[b][ST_PASS],
                    count[b][ST_FAIL], count[b][ST_UNSUP], count[b][ST_NONE]);
     printf("  passes computed entirely at import (folded): %d\n", folded);
+    for (size_t su = 0; su < sizeof suites / sizeof *suites; su++) {
+        int tot = 0, pc = 0, pv = 0, fc = 0, uc = 0;
+        size_t ln = strlen(suites[su]);
+        for (int i = 0; i < nres; i++) {
+            if (strncmp(res[i].name, suites[su], ln) != 0 || res[i].name[ln] != '/') continue;
+            tot++;
+            pc += res[i].st[0] == ST_PASS;
+            pv += res[i].st[1] == ST_PASS;
+            fc += res[i].st[0] == ST_FAIL;
+            uc += res[i].st[0] == ST_UNSUP;
+        }
+        if (tot) printf("  %-18s %4d tests: cpu pass %d, fail %d, unsupported %d; vulkan pass %d\n", suites[su], tot, pc, fc, uc, pv);
+    }
     printf("  %.1f s wall, %.1f s CPU\n", wall, (double)(clock() - t0) / CLOCKS_PER_SEC);
-    if (expected) printf("  against %s: %d regression%s, %d new pass%s\n", expected, regress, regress == 1 ? "" : "es",
+    if (expected) printf("  against %s: %d regression%s, %d new pass%s\n", expected, regress, regress == 1 ? "" : "s",
                          fresh, fresh == 1 ? "" : "es");
     if (write) {
         FILE *f = fopen(write, "w");

@@ -20,6 +20,96 @@
 
 static bool is(const ox_ctx *c, const char *name) { return strcmp(c->node->op_type, name) == 0; }
 
+
+/* ---- comparisons, max and min as composites --------------------------------
+ * Exact on both backends without comparison kernels, from relu (0 for NaN on
+ * both backends) and where (any non-zero condition, NaN too, is true):
+ *   a > b   = where(relu(a - b), 1, 0)         a - b is non-zero exactly when
+ *                                              a != b (gradual underflow); inf -
+ *                                              inf and NaN give NaN: relu 0, false
+ *   isnan x = where(x, 1, 0) - where(relu(x) + relu(-x), 1, 0)
+ *   a == b  = where(relu(a - b) + relu(b - a), 0, 1) (1 - isnan a)(1 - isnan b)
+ * Elementwise max / min: the operands stacked on a new leading axis, one max
+ * reduction (NaN wins, ties go to the first operand; min = -max(-x)). */
+
+static mn_status cmp_consts(ox_ctx *c, mn_tensor *one, mn_tensor *zero) {
+    OX_CHECK(ox_scalar(c, 1.0f, one));
+    return ox_scalar(c, 0.0f, zero);
+}
+
+/* a > b as f32 0/1 */
+static mn_status rt_gt(ox_ctx *c, mn_tensor a, mn_tensor b, mn_tensor *y) {
+    mn_tensor d, r, one, zero;
+    OX_TRY(c, mn_sub(c->g, &d, a, b));
+    OX_TRY(c, mn_relu(c->g, &r, d));
+    OX_CHECK(cmp_consts(c, &one, &zero));
+    OX_TRY(c, mn_where(c->g, y, r, one, zero));
+    return MN_OK;
+}
+
+static mn_status rt_isnan(ox_ctx *c, mn_tensor x, mn_tensor *y) {
+    mn_tensor one, zero, nz, p, n, nx, mag, nzm;
+    OX_CHECK(cmp_consts(c, &one, &zero));
+    OX_TRY(c, mn_where(c->g, &nz, x, one, zero));
+    OX_TRY(c, mn_relu(c->g, &p, x));
+    OX_TRY(c, mn_neg(c->g, &nx, x));
+    OX_TRY(c, mn_relu(c->g, &n, nx));
+    OX_TRY(c, mn_add(c->g, &mag, p, n));
+    OX_TRY(c, mn_where(c->g, &nzm, mag, one, zero));
+    OX_TRY(c, mn_sub(c->g, y, nz, nzm));
+    return MN_OK;
+}
+
+static mn_status rt_eq(ox_ctx *c, mn_tensor a, mn_tensor b, mn_tensor *y) {
+    mn_tensor d1, d2, r1, r2, mag, one, zero, e, na, nb, ka, kb, t;
+    OX_TRY(c, mn_sub(c->g, &d1, a, b));
+    OX_TRY(c, mn_sub(c->g, &d2, b, a));
+    OX_TRY(c, mn_relu(c->g, &r1, d1));
+    OX_TRY(c, mn_relu(c->g, &r2, d2));
+    OX_TRY(c, mn_add(c->g, &mag, r1, r2));
+    OX_CHECK(cmp_consts(c, &one, &zero));
+    OX_TRY(c, mn_where(c->g, &e, mag, zero, one));
+    OX_CHECK(rt_isnan(c, a, &na));
+    OX_CHECK(rt_isnan(c, b, &nb));
+    OX_TRY(c, mn_sub(c->g, &ka, one, na));
+    OX_TRY(c, mn_sub(c->g, &kb, one, nb));
+    OX_TRY(c, mn_mul(c->g, &t, e, ka));
+    OX_TRY(c, mn_mul(c->g, y, t, kb));
+    return MN_OK;
+}
+
+/* elementwise max (or min) of n graph tensors, numpy broadcasting */
+static mn_status rt_maxn(ox_ctx *c, const mn_tensor *xs, int n, bool mn_, mn_tensor *y) {
+    int r = 0, rk;
+    int64_t d[MN_MAX_RANK], dk[MN_MAX_RANK];
+    for (int i = 0; i < n; i++) {
+        OX_CHECK(ox_shape(c, xs[i], &rk, dk));
+        if (!ox_broadcast_dims(&r, d, r, d, rk, dk)) return ox_fail(c, MN_E_SHAPE, "operand shapes do not broadcast");
+    }
+    int64_t total = 1;
+    for (int i = 0; i < r; i++) total *= d[i];
+    mn_tensor parts[64];
+    if (n > 64) return ox_unsup(c, "more than 64 operands");
+    for (int i = 0; i < n; i++) {
+        mn_tensor t = xs[i];
+        if (mn_) OX_TRY(c, mn_neg(c->g, &t, t));
+        OX_CHECK(ox_shape(c, t, &rk, dk));
+        bool same = rk == r;
+        for (int k = 0; same && k < r; k++) same = dk[k] == d[k];
+        if (!same) OX_TRY(c, mn_broadcast_to(c->g, &t, t, r, d));
+        int64_t f[2] = {1, total};
+        OX_CHECK(ox_reshape(c, &parts[i], t, 2, f));
+    }
+    mn_tensor st, m;
+    OX_TRY(c, mn_concat(c->g, &st, parts, n, 0));
+    OX_TRY(c, mn_max(c->g, &m, st, 0, false));
+    if (mn_) OX_TRY(c, mn_neg(c->g, &m, m));
+    return ox_reshape(c, y, m, r, d);
+}
+
+/* the comparison k of a and b as f32 0/1 */
+static mn_status rt_compare(ox_ctx *c, int k, mn_tensor a, mn_tensor b, mn_tensor *y);
+
 /* ---- unary ------------------------------------------------------------------ */
 
 typedef enum {
@@ -193,6 +283,58 @@ static mn_status rt_unary(ox_ctx *c, unary_kind k, mn_tensor x, const unary_attr
         if (a->tanh) OX_TRY(c, mn_gelu_tanh(g, y, x));
         else OX_TRY(c, mn_gelu(g, y, x));
         return MN_OK;
+    case U_SIGN: { /* (x > 0) - (0 > x); NaN gives 0 */
+        mn_tensor z, p, n;
+        OX_CHECK(ox_scalar(c, 0.0f, &z));
+        OX_CHECK(rt_gt(c, x, z, &p));
+        OX_CHECK(rt_gt(c, z, x, &n));
+        OX_TRY(c, mn_sub(g, y, p, n));
+        return MN_OK;
+    }
+    case U_ISNAN: return rt_isnan(c, x, y);
+    case U_ISINF: { /* x - x is NaN for infinities and NaN */
+        mn_tensor d, nd, nx, inf, z, s;
+        OX_TRY(c, mn_sub(g, &d, x, x));
+        OX_CHECK(rt_isnan(c, d, &nd));
+        OX_CHECK(rt_isnan(c, x, &nx));
+        OX_TRY(c, mn_sub(g, &inf, nd, nx));
+        if (a->detect_pos && a->detect_neg) {
+            *y = inf;
+            return MN_OK;
+        }
+        OX_CHECK(ox_scalar(c, 0.0f, &z));
+        if (!a->detect_pos && !a->detect_neg) {
+            OX_TRY(c, mn_scale(g, y, inf, 0.0f));
+            return MN_OK;
+        }
+        if (a->detect_pos) OX_CHECK(rt_gt(c, x, z, &s));
+        else OX_CHECK(rt_gt(c, z, x, &s));
+        OX_TRY(c, mn_mul(g, y, inf, s));
+        return MN_OK;
+    }
+    case U_THRELU: { /* x where x > alpha, else 0 */
+        mn_tensor al, m, z;
+        OX_CHECK(ox_scalar(c, a->alpha, &al));
+        OX_CHECK(rt_gt(c, x, al, &m));
+        OX_CHECK(ox_scalar(c, 0.0f, &z));
+        OX_TRY(c, mn_where(g, y, m, x, z));
+        return MN_OK;
+    }
+    case U_SHRINK: { /* x + bias below -lambd, x - bias above lambd, else 0 */
+        mn_tensor lo, hi, mlo, mhi, xb, xs, z, t;
+        OX_CHECK(ox_scalar(c, -a->lambd, &lo));
+        OX_CHECK(ox_scalar(c, a->lambd, &hi));
+        OX_CHECK(rt_gt(c, lo, x, &mlo));
+        OX_CHECK(rt_gt(c, x, hi, &mhi));
+        OX_CHECK(ox_scalar(c, 0.0f, &z));
+        mn_tensor bs;
+        OX_CHECK(ox_scalar(c, a->bias, &bs));
+        OX_TRY(c, mn_add(g, &xb, x, bs));
+        OX_TRY(c, mn_sub(g, &xs, x, bs));
+        OX_TRY(c, mn_where(g, &t, mhi, xs, z));
+        OX_TRY(c, mn_where(g, y, mlo, xb, t));
+        return MN_OK;
+    }
     default: return ox_unsup(c, "no run-time form (it is evaluated only on constants)");
     }
 }
@@ -478,6 +620,23 @@ static mn_status rt_binary(ox_ctx *c, binary_kind k, int ia, int ib, mn_tensor *
     }
 }
 
+static mn_status rt_compare(ox_ctx *c, int k, mn_tensor a, mn_tensor b, mn_tensor *y) {
+    mn_tensor g1, e1, one;
+    switch ((binary_kind)k) {
+    case B_GT: return rt_gt(c, a, b, y);
+    case B_LT: return rt_gt(c, b, a, y);
+    case B_EQ: return rt_eq(c, a, b, y);
+    case B_GE:
+    case B_LE: /* the two are disjoint: a sum of 0/1 values */
+        OX_CHECK(k == B_GE ? rt_gt(c, a, b, &g1) : rt_gt(c, b, a, &g1));
+        OX_CHECK(rt_eq(c, a, b, &e1));
+        OX_TRY(c, mn_add(c->g, y, g1, e1));
+        (void)one;
+        return MN_OK;
+    default: return ox_fail(c, MN_E_STATE, "not a comparison (internal)");
+    }
+}
+
 static mn_status op_binary(ox_ctx *c) {
     binary_kind k = B_ADD;
     for (size_t i = 0; i < sizeof binary_names / sizeof *binary_names; i++)
@@ -558,18 +717,32 @@ static mn_status op_binary(ox_ctx *c) {
     bool logic = k == B_AND || k == B_OR || k == B_XOR;
     for (int i = 0; i < c->nin; i++) {
         int di = ox_in_dtype(c, i);
-        bool ok = logic ? di == MN_ONNX_BOOL : ox_dtype_float(di) || (k == B_POW && i == 1 && ox_in_known(c, 1));
+        bool ok = logic ? di == MN_ONNX_BOOL
+                        : ox_dtype_float(di) || (k == B_POW && i == 1 && ox_in_known(c, 1)) ||
+                              (k == B_EQ && di == MN_ONNX_BOOL);
         if (!ok && !(k == B_POW && i == 1))
             return ox_unsup(c, "%s inputs at run time (computed in the graph: float%s)", mn_onnx_dtype_name(di),
                             logic ? "; bool for And/Or/Xor" : "");
     }
-    if (compare_kind(k)) return ox_unsup(c, "comparisons of tensors computed at run time (only of constants)");
+    if (compare_kind(k)) {
+        mn_tensor a, b, y;
+        OX_CHECK(ox_in_f32(c, 0, &a));
+        OX_CHECK(ox_in_f32(c, 1, &b));
+        OX_CHECK(rt_compare(c, k, a, b, &y));
+        return ox_set_out(c, 0, y, out_dt);
+    }
     if (c->nin == 1) {
         mn_tensor x;
         OX_CHECK(ox_in_f32(c, 0, &x));
         return ox_set_out(c, 0, x, out_dt);
     }
-    if (k == B_MAX || k == B_MIN) return ox_unsup(c, "elementwise max/min of tensors computed at run time");
+    if (k == B_MAX || k == B_MIN) {
+        mn_tensor xs[64], y;
+        if (c->nin > 64) return ox_unsup(c, "more than 64 operands");
+        for (int i = 0; i < c->nin; i++) OX_CHECK(ox_in_f32(c, i, &xs[i]));
+        OX_CHECK(rt_maxn(c, xs, c->nin, k == B_MIN, &y));
+        return ox_set_out(c, 0, y, out_dt);
+    }
     mn_tensor y;
     OX_CHECK(rt_binary(c, k, 0, 1, &y));
     for (int i = 2; i < c->nin; i++) {
@@ -637,8 +810,26 @@ static mn_status op_clip(ox_ctx *c) {
         lo = a;
         hi = b;
     } else {
-        bool ints = ox_dtype_int(dt);
-        OX_CHECK(bound(c, 1, ints ? -INFINITY : -INFINITY, &lo));
+        /* bounds computed at run time: min(max(x, lo), hi) elementwise */
+        bool rt_lo = ox_has_in(c, 1) && !ox_in_known(c, 1) && !(ox_in(c, 1)->kind == OXV_INPUT && ox_in(c, 1)->hint);
+        bool rt_hi = ox_has_in(c, 2) && !ox_in_known(c, 2) && !(ox_in(c, 2)->kind == OXV_INPUT && ox_in(c, 2)->hint);
+        if (rt_lo || rt_hi) {
+            if (!ox_dtype_float(dt)) return ox_unsup(c, "%s input at run time (float only)", mn_onnx_dtype_name(dt));
+            mn_tensor x, b, y, two[2];
+            OX_CHECK(ox_in_f32(c, 0, &x));
+            y = x;
+            for (int k = 1; k <= 2; k++) {
+                if (!ox_has_in(c, k)) continue;
+                OX_CHECK(ox_in_f32(c, k, &b));
+                if (ox_in(c, k)->rank != 0 && !(ox_in(c, k)->rank == 1 && ox_in(c, k)->dims[0] == 1))
+                    return ox_fail(c, MN_E_SHAPE, "input %d must hold one value", k);
+                two[0] = y;
+                two[1] = b;
+                OX_CHECK(rt_maxn(c, two, 2, k == 2, &y));
+            }
+            return ox_set_out(c, 0, y, dt);
+        }
+        OX_CHECK(bound(c, 1, -INFINITY, &lo));
         OX_CHECK(bound(c, 2, INFINITY, &hi));
     }
     if (ox_in_known(c, 0)) {
@@ -891,11 +1082,12 @@ static mn_status op_gemm(ox_ctx *c) {
     return ox_set_out(c, 0, y, dt);
 }
 
-/* ---- Softmax, LogSoftmax --------------------------------------------------------------- */
+/* ---- Softmax, LogSoftmax, Hardmax --------------------------------------------------------- */
+
+static mn_status rt_hardmax2d(ox_ctx *c, mn_tensor x, int64_t rows, int64_t n, mn_tensor *y);
 
 static mn_status op_softmax(ox_ctx *c) {
-    bool logsm = is(c, "LogSoftmax");
-    if (is(c, "Hardmax")) return ox_unsup(c, "no run-time form");
+    bool logsm = is(c, "LogSoftmax"), hard = is(c, "Hardmax");
     int rank = ox_in_rank(c, 0), dt = ox_in_dtype(c, 0);
     int64_t axis_attr;
     OX_CHECK(ox_attr_int(c, "axis", c->ver < 13 ? 1 : -1, &axis_attr));
@@ -913,12 +1105,13 @@ static mn_status op_softmax(ox_ctx *c) {
         int64_t d2[2] = {outer, inner};
         mn_tensor x2, y2;
         OX_CHECK(ox_reshape(c, &x2, x, 2, d2));
-        if (logsm) OX_TRY(c, mn_log_softmax(c->g, &y2, x2));
+        if (hard) OX_CHECK(rt_hardmax2d(c, x2, outer, inner, &y2));
+        else if (logsm) OX_TRY(c, mn_log_softmax(c->g, &y2, x2));
         else OX_TRY(c, mn_softmax(c->g, &y2, x2));
         OX_CHECK(ox_reshape(c, &y, y2, rank, d));
         return ox_set_out(c, 0, y, dt);
     }
-    if (axis == rank - 1) {
+    if (axis == rank - 1 && !hard) {
         if (logsm) OX_TRY(c, mn_log_softmax(c->g, &y, x));
         else OX_TRY(c, mn_softmax(c->g, &y, x));
         return ox_set_out(c, 0, y, dt);
@@ -930,10 +1123,20 @@ static mn_status op_softmax(ox_ctx *c) {
     int64_t d3[3] = {pre, d[axis], post};
     mn_tensor x3, xt, yt, y3;
     OX_CHECK(ox_reshape(c, &x3, x, 3, d3));
-    OX_TRY(c, mn_transpose(c->g, &xt, x3, 1, 2));
-    if (logsm) OX_TRY(c, mn_log_softmax(c->g, &yt, xt));
+    if (post == 1) xt = x3;
+    else OX_TRY(c, mn_transpose(c->g, &xt, x3, 1, 2));
+    if (hard) {
+        int64_t n = d[axis], rows = pre * post;
+        int64_t h2[2] = {rows, n};
+        mn_tensor x2, h;
+        OX_CHECK(ox_reshape(c, &x2, xt, 2, h2));
+        OX_CHECK(rt_hardmax2d(c, x2, rows, n, &h));
+        int64_t b3[3] = {pre, post, n};
+        OX_CHECK(ox_reshape(c, &yt, h, 3, b3));
+    } else if (logsm) OX_TRY(c, mn_log_softmax(c->g, &yt, xt));
     else OX_TRY(c, mn_softmax(c->g, &yt, xt));
-    OX_TRY(c, mn_transpose(c->g, &y3, yt, 1, 2));
+    if (post == 1) y3 = yt;
+    else OX_TRY(c, mn_transpose(c->g, &y3, yt, 1, 2));
     OX_CHECK(ox_reshape(c, &y, y3, rank, d));
     return ox_set_out(c, 0, y, dt);
 }
@@ -1167,7 +1370,63 @@ static mn_status op_reduce(ox_ctx *c) {
     return ox_set_out(c, 0, y, dt);
 }
 
-/* ---- ArgMax/ArgMin (constants only) ----------------------------------------------- */
+/* ---- ArgMax/ArgMin, Hardmax ----------------------------------------------------- */
+
+/* Index of the max (argmin: of -x) along axis as f32, keepdim shape: the
+ * positions equal to the max (where(relu(m - x), 0, 1), right for
+ * infinities too), the first (or last) of them by a max over
+ * where(equal, -k, -inf) (or where(equal, k, -inf)). */
+static mn_status rt_argmax(ox_ctx *c, mn_tensor x, int rank, const int64_t *d, int axis, bool argmin, bool last,
+                           mn_tensor *y) {
+    mn_graph *g = c->g;
+    mn_tensor t = x, m, diff, r, one, zero, eq, k, ninf, cand;
+    if (argmin) OX_TRY(c, mn_neg(g, &t, x));
+    OX_TRY(c, mn_max(g, &m, t, axis, true));
+    OX_TRY(c, mn_sub(g, &diff, m, t));
+    OX_TRY(c, mn_relu(g, &r, diff));
+    OX_CHECK(cmp_consts(c, &one, &zero));
+    OX_TRY(c, mn_where(g, &eq, r, zero, one));
+    ox_host kh;
+    int64_t kd[MN_MAX_RANK];
+    for (int i = 0; i < rank; i++) kd[i] = i == axis ? d[i] : 1;
+    char sub[128];
+    mn_status st = ox_host_alloc(&kh, MN_ONNX_FLOAT, rank, kd, sub, sizeof sub);
+    if (st) return ox_fail(c, st, "%s", sub);
+    for (int64_t i = 0; i < d[axis]; i++) kh.f[i] = last ? (double)i : -(double)i;
+    st = ox_const_tensor(c, &kh, &k);
+    ox_host_free(&kh);
+    if (st) return st;
+    OX_CHECK(ox_scalar(c, -INFINITY, &ninf));
+    OX_TRY(c, mn_where(g, &cand, eq, k, ninf));
+    OX_TRY(c, mn_max(g, y, cand, axis, true));
+    if (!last) OX_TRY(c, mn_neg(g, y, *y));
+    return MN_OK;
+}
+
+/* one-hot of the first max along the last axis of a [rows, n] tensor */
+static mn_status rt_hardmax2d(ox_ctx *c, mn_tensor x, int64_t rows, int64_t n, mn_tensor *y) {
+    int64_t d[2] = {rows, n};
+    mn_tensor am, k, d1, d2, r1, r2, mag, one, zero;
+    OX_CHECK(rt_argmax(c, x, 2, d, 1, false, false, &am));
+    ox_host kh;
+    int64_t kd[2] = {1, n};
+    char sub[128];
+    mn_status st = ox_host_alloc(&kh, MN_ONNX_FLOAT, 2, kd, sub, sizeof sub);
+    if (st) return ox_fail(c, st, "%s", sub);
+    for (int64_t i = 0; i < n; i++) kh.f[i] = (double)i;
+    st = ox_const_tensor(c, &kh, &k);
+    ox_host_free(&kh);
+    if (st) return st;
+    OX_TRY(c, mn_sub(c->g, &d1, k, am));
+    OX_TRY(c, mn_sub(c->g, &d2, am, k));
+    OX_TRY(c, mn_relu(c->g, &r1, d1));
+    OX_TRY(c, mn_relu(c->g, &r2, d2));
+    OX_TRY(c, mn_add(c->g, &mag, r1, r2));
+    OX_CHECK(cmp_consts(c, &one, &zero));
+    OX_TRY(c, mn_where(c->g, y, mag, zero, one));
+    return MN_OK;
+}
+
 
 static mn_status op_argmax(ox_ctx *c) {
     bool mn = is(c, "ArgMin");
@@ -1175,7 +1434,21 @@ static mn_status op_argmax(ox_ctx *c) {
     OX_CHECK(ox_attr_int(c, "axis", 0, &axis_a));
     OX_CHECK(ox_attr_int(c, "keepdims", 1, &keep));
     OX_CHECK(ox_attr_int(c, "select_last_index", 0, &last));
-    if (!ox_in_known(c, 0)) return ox_unsup(c, "no run-time form (indices are not computed in the graph)");
+    if (!ox_in_known(c, 0)) {
+        ox_value *v = ox_in(c, 0);
+        int axis;
+        OX_CHECK(ox_axis(c, axis_a, v->rank, "axis", &axis));
+        if (!ox_dtype_float(v->dtype)) return ox_unsup(c, "%s input at run time (float only)", mn_onnx_dtype_name(v->dtype));
+        mn_tensor x, idx;
+        OX_CHECK(ox_in_f32(c, 0, &x));
+        OX_CHECK(rt_argmax(c, x, v->rank, v->dims, axis, mn, last != 0, &idx));
+        int64_t od[OX_MAX_RANK];
+        int orank = 0;
+        for (int i = 0; i < v->rank; i++)
+            if (i != axis || keep) od[orank++] = i == axis ? 1 : v->dims[i];
+        OX_CHECK(ox_reshape(c, &idx, idx, orank, od));
+        return ox_set_out(c, 0, idx, MN_ONNX_INT64); /* small integers held as f32 */
+    }
     const ox_host *x;
     OX_CHECK(ox_in_host(c, 0, &x));
     int axis;

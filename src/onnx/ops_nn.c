@@ -406,8 +406,10 @@ static mn_status op_batch_norm(ox_ctx *c) {
     if (c->ver < 7) ox_attr_ignore(c, "is_test");
     if (training) return ox_unsup(c, "training_mode 1 (the running statistics are used)");
     if (!spatial_) return ox_unsup(c, "spatial 0");
-    for (int k = 1; k < c->nout; k++)
-        if (ox_has_out(c, k)) return ox_unsup(c, "output %d (training outputs)", k);
+    /* outputs 1 and 2 (the running statistics) are those given in inference;
+     * the batch statistics (outputs 3, 4 of old opsets) exist only in training */
+    for (int k = 3; k < c->nout; k++)
+        if (ox_has_out(c, k)) return ox_unsup(c, "output %d (a training output)", k);
     if (x->rank < 2 || x->rank > MN_MAX_RANK) return ox_unsup(c, "input of rank %d", x->rank);
     if (!ox_dtype_float(x->dtype)) return ox_unsup(c, "%s input (float only)", mn_onnx_dtype_name(x->dtype));
     for (int k = 1; k <= 4; k++)
@@ -432,6 +434,12 @@ static mn_status op_batch_norm(ox_ctx *c) {
     OX_TRY(c, mn_sub(c->g, &xc, t, mean));
     OX_TRY(c, mn_mul(c->g, &xs, xc, k));
     OX_TRY(c, mn_add(c->g, &y, xs, b));
+    for (int o = 1; o <= 2; o++)
+        if (ox_has_out(c, o)) {
+            mn_tensor st;
+            OX_CHECK(ox_in_f32(c, o + 2, &st));
+            OX_CHECK(ox_set_out(c, o, st, ox_in(c, o + 2)->dtype));
+        }
     return ox_set_out(c, 0, y, x->dtype);
 }
 
