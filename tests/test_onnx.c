@@ -17,6 +17,9 @@
  *    bool conditions, ids beyond int32, exact int64 outputs computed at
  *    import (Shape), hints;
  * 6. two models in one graph under prefixes;
+ * 6b. the composites standing in for missing kernels (comparisons, Max/Min,
+ *    IsNaN, IsInf, ArgMax, Erf) on infinities, NaN, signed zeros, denormals
+ *    and ties, against C's operators and libm, on both backends;
  * 7. the fuzzer's corpus (tests/fuzz/corpus_onnx) through its entry point.
  *
  * `test_onnx --write-seeds DIR` writes the models of this file as the fuzz
@@ -282,6 +285,118 @@ static void test_batchnorm_frozen(void) {
     mn_session_destroy(s);
     mn_onnx_destroy(m);
     mn_graph_destroy(g);
+}
+
+/* ---- composites: comparisons, max/min, argmax, erf against libm ---------------------- */
+
+enum { NV = 40 };
+static void comp_values(float *a, float *b) {
+    const float sp[NV] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, 2.5f, INFINITY, INFINITY, -INFINITY, NAN,
+                          1e-45f, 0.0f, 3e38f, -3e38f, 0.1f, 0.3f, 7.0f, -7.0f, 1e-6f, -1e-6f,
+                          0.5f, 0.49f, 0.51f, -0.5f, 3.9f, -3.9f, 5.9f, 1e-30f, 1.0f, 2.0f,
+                          -2.0f, 1.5f, 100.0f, -100.0f, 0.25f, 0.75f, 1.25f, -1.25f, 4.0f, NAN};
+    const float sq[NV] = {0.0f, 0.0f, 1.0f, 1.0f, 2.5f, -2.5f, INFINITY, -INFINITY, -INFINITY, 1.0f,
+                          0.0f, 1e-45f, -3e38f, 3e38f, 0.2f, 0.3f, 7.0f, 7.0f, 1e-6f, 1e-6f,
+                          0.5f, 0.5f, 0.5f, 0.5f, 3.9f, 3.9f, 5.9f, 1e-30f, 2.0f, 1.0f,
+                          -2.0f, -1.5f, 100.0f, 100.0f, 0.25f, 0.5f, 1.5f, 1.25f, 4.0f, NAN};
+    memcpy(a, sp, sizeof sp);
+    memcpy(b, sq, sizeof sq);
+}
+
+static void test_composites(mn_device *dev) {
+    static const char *const ops[] = {"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "Max", "Min"};
+    enum { NOPS = 7 };
+    ob b;
+    ob_init(&b, 13);
+    const int64_t d1[1] = {NV}, d2[2] = {4, NV / 4}, d0[1] = {4};
+    ob_input(&b, "a", 1, 1, d1);
+    ob_input(&b, "b", 1, 1, d1);
+    char out[NOPS][16];
+    for (int i = 0; i < NOPS; i++) {
+        snprintf(out[i], sizeof out[i], "o%d", i);
+        ob_output(&b, out[i], i < 5 ? 9 : 1, 1, d1);
+        ob_node(&b, ops[i], out[i], (const char *[]){"a", "b", NULL}, (const char *[]){out[i], NULL});
+    }
+    ob_output(&b, "erf", 1, 1, d1);
+    ob_node(&b, "Erf", "erf", (const char *[]){"a", NULL}, (const char *[]){"erf", NULL});
+    ob_output(&b, "isnan", 9, 1, d1);
+    ob_node(&b, "IsNaN", "isnan", (const char *[]){"a", NULL}, (const char *[]){"isnan", NULL});
+    ob_output(&b, "isinf", 9, 1, d1);
+    ob_node(&b, "IsInf", "isinf", (const char *[]){"a", NULL}, (const char *[]){"isinf", NULL});
+    ob_output(&b, "arg", 7, 1, d0);
+    const int64_t shp[2] = {4, NV / 4}, two[1] = {2};
+    ob_init_i64(&b, "shp", 1, two, shp);
+    ob_node(&b, "Reshape", "rs", (const char *[]){"b", "shp", NULL}, (const char *[]){"b2", NULL});
+    Onnx__NodeProto *n = ob_node(&b, "ArgMax", "arg", (const char *[]){"b2", NULL}, (const char *[]){"arg", NULL});
+    ob_attr_int(&b, n, "axis", 1);
+    ob_attr_int(&b, n, "keepdims", 0);
+    (void)d2;
+    size_t len;
+    uint8_t *buf = ob_pack(&b, &len);
+    ob_free(&b);
+    float va[NV], vb[NV];
+    comp_values(va, vb);
+    /* a long sweep for erf */
+    for (int be = 0; be < (dev ? 2 : 1); be++) {
+        mn_graph *g;
+        mn_graph_create(&g);
+        mn_onnx *m = NULL;
+        CHECK_OK(mn_onnx_load_memory(&m, g, buf, len, NULL, g_err, sizeof g_err), g_err);
+        if (!m) {
+            mn_graph_destroy(g);
+            break;
+        }
+        mn_session_options so = mn_session_default_options();
+        so.backend = be ? MN_BACKEND_VULKAN : MN_BACKEND_CPU;
+        so.device = be ? dev : NULL;
+        mn_session *s = NULL;
+        CHECK_OK(mn_session_create(&s, g, &so), s ? mn_session_error(s) : "");
+        CHECK_OK(mn_onnx_set_input(m, s, "a", va, sizeof va), mn_onnx_error(m));
+        CHECK_OK(mn_onnx_set_input(m, s, "b", vb, sizeof vb), mn_onnx_error(m));
+        CHECK_OK(mn_session_run(s), mn_session_error(s));
+        for (int i = 0; i < NOPS; i++) {
+            uint8_t r8[NV];
+            float rf[NV];
+            CHECK_OK(mn_onnx_get_output(m, s, out[i], i < 5 ? (void *)r8 : (void *)rf, i < 5 ? sizeof r8 : sizeof rf),
+                     mn_onnx_error(m));
+            for (int k = 0; k < NV; k++) {
+                float x = va[k], y = vb[k];
+                int want = i == 0 ? x > y : i == 1 ? x < y : i == 2 ? x == y : i == 3 ? x >= y : x <= y;
+                if (i < 5) CHECK_MSG(r8[k] == want, "%s %s(%g, %g) = %d, want %d", be ? "vulkan" : "cpu", ops[i], x, y, r8[k], want);
+                else {
+                    float w = (x != x || y != y) ? NAN : i == 5 ? fmaxf(x, y) : fminf(x, y);
+                    CHECK_MSG((w != w && rf[k] != rf[k]) || rf[k] == w, "%s %s(%g, %g) = %g, want %g", be ? "vulkan" : "cpu", ops[i], x, y, rf[k], w);
+                }
+            }
+        }
+        float e[NV];
+        uint8_t nan8[NV], inf8[NV];
+        int64_t arg[4];
+        CHECK_OK(mn_onnx_get_output(m, s, "erf", e, sizeof e), mn_onnx_error(m));
+        CHECK_OK(mn_onnx_get_output(m, s, "isnan", nan8, sizeof nan8), mn_onnx_error(m));
+        CHECK_OK(mn_onnx_get_output(m, s, "isinf", inf8, sizeof inf8), mn_onnx_error(m));
+        CHECK_OK(mn_onnx_get_output(m, s, "arg", arg, sizeof arg), mn_onnx_error(m));
+        for (int k = 0; k < NV; k++) {
+            double w = erf((double)va[k]);
+            CHECK_MSG((w != w && e[k] != e[k]) || fabs(e[k] - w) <= 2.5e-7 * fabs(w) + 1e-30, "%s erf(%g) = %.9g, want %.9g",
+                      be ? "vulkan" : "cpu", va[k], e[k], w);
+            CHECK(nan8[k] == (va[k] != va[k]));
+            CHECK(inf8[k] == (isinf(va[k]) ? 1 : 0));
+        }
+        /* argmax along rows of b: the first maximum (NaN wins, as in max) */
+        for (int r = 0; r < 4; r++) {
+            int best = 0;
+            for (int k = 1; k < NV / 4; k++) {
+                float v = vb[r * (NV / 4) + k], bv = vb[r * (NV / 4) + best];
+                if (bv == bv && (v > bv || v != v)) best = k;
+            }
+            CHECK_MSG(arg[r] == best, "%s argmax row %d = %lld, want %d", be ? "vulkan" : "cpu", r, (long long)arg[r], best);
+        }
+        mn_session_destroy(s);
+        mn_onnx_destroy(m);
+        mn_graph_destroy(g);
+    }
+    free(buf);
 }
 
 /* ---- one error for every unsupported item ------------------------------------------ */
@@ -747,6 +862,7 @@ int main(int argc, char **argv) {
     test_prefix();
     test_train(NULL);
     test_batchnorm_frozen();
+    test_composites(NULL);
     const char *corpus = getenv("MN_FUZZ_ONNX_CORPUS");
     if (corpus) replay_corpus(corpus);
     mn_device *dev = th_require_vulkan();
@@ -754,6 +870,7 @@ int main(int argc, char **argv) {
         test_mlp(dev);
         test_io(dev);
         test_train(dev);
+        test_composites(dev);
         mn_device_close(dev);
     }
     return th_finish("test_onnx");

@@ -107,6 +107,51 @@ static mn_status rt_maxn(ox_ctx *c, const mn_tensor *xs, int n, bool mn_, mn_ten
     return ox_reshape(c, y, m, r, d);
 }
 
+/* erf(x): for |x| <= 0.5 the Taylor series to x^15 (relative error below
+ * 1e-8), else 1 - erfc(|x|) with the Chebyshev fit of Numerical Recipes'
+ * erfcc (fractional error below 1.2e-7), with x's sign. */
+static mn_status rt_erf(ox_ctx *c, mn_tensor x, mn_tensor *y) {
+    mn_graph *g = c->g;
+    static const double taylor[8] = {1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216, -1.0 / 1320, 1.0 / 9360, -1.0 / 75600};
+    static const double cheb[10] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                                    0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    const double two_over_sqrtpi = 1.1283791670955126;
+    mn_tensor x2, p, k, small, a, t, one, half, q, e, a2, erfc, r, nr, neg, z, big, sel;
+    OX_TRY(c, mn_mul(g, &x2, x, x));
+    /* Horner in x^2 */
+    OX_CHECK(ox_scalar(c, (float)(taylor[7] * two_over_sqrtpi), &p));
+    for (int i = 6; i >= 0; i--) {
+        OX_TRY(c, mn_mul(g, &p, p, x2));
+        OX_CHECK(ox_scalar(c, (float)(taylor[i] * two_over_sqrtpi), &k));
+        OX_TRY(c, mn_add(g, &p, p, k));
+    }
+    OX_TRY(c, mn_mul(g, &small, p, x));
+    OX_TRY(c, mn_abs(g, &a, x));
+    OX_CHECK(ox_scalar(c, 1.0f, &one));
+    OX_CHECK(ox_scalar(c, 0.5f, &half));
+    OX_TRY(c, mn_scale(g, &t, a, 0.5f));
+    OX_TRY(c, mn_add(g, &t, t, one));
+    OX_TRY(c, mn_div(g, &t, one, t));
+    OX_CHECK(ox_scalar(c, (float)cheb[9], &q));
+    for (int i = 8; i >= 0; i--) {
+        OX_TRY(c, mn_mul(g, &q, q, t));
+        OX_CHECK(ox_scalar(c, (float)cheb[i], &k));
+        OX_TRY(c, mn_add(g, &q, q, k));
+    }
+    OX_TRY(c, mn_mul(g, &a2, a, a));
+    OX_TRY(c, mn_sub(g, &e, q, a2));
+    OX_TRY(c, mn_exp(g, &e, e));
+    OX_TRY(c, mn_mul(g, &erfc, t, e));
+    OX_TRY(c, mn_sub(g, &r, one, erfc));
+    OX_TRY(c, mn_neg(g, &nr, r));
+    OX_CHECK(ox_scalar(c, 0.0f, &z));
+    OX_CHECK(rt_gt(c, z, x, &neg));
+    OX_TRY(c, mn_where(g, &big, neg, nr, r));
+    OX_CHECK(rt_gt(c, a, half, &sel));
+    OX_TRY(c, mn_where(g, y, sel, big, small));
+    return MN_OK;
+}
+
 /* the comparison k of a and b as f32 0/1 */
 static mn_status rt_compare(ox_ctx *c, int k, mn_tensor a, mn_tensor b, mn_tensor *y);
 
@@ -292,6 +337,7 @@ static mn_status rt_unary(ox_ctx *c, unary_kind k, mn_tensor x, const unary_attr
         return MN_OK;
     }
     case U_ISNAN: return rt_isnan(c, x, y);
+    case U_ERF: return rt_erf(c, x, y);
     case U_ISINF: { /* x - x is NaN for infinities and NaN */
         mn_tensor d, nd, nx, inf, z, s;
         OX_TRY(c, mn_sub(g, &d, x, x));
@@ -1374,8 +1420,8 @@ static mn_status op_reduce(ox_ctx *c) {
 
 /* Index of the max (argmin: of -x) along axis as f32, keepdim shape: the
  * positions equal to the max (where(relu(m - x), 0, 1), right for
- * infinities too), the first (or last) of them by a max over
- * where(equal, -k, -inf) (or where(equal, k, -inf)). */
+ * infinities too; a NaN max is found at the NaNs), the first (or last) of
+ * them by a max over where(equal, -k, -inf) (or where(equal, k, -inf)). */
 static mn_status rt_argmax(ox_ctx *c, mn_tensor x, int rank, const int64_t *d, int axis, bool argmin, bool last,
                            mn_tensor *y) {
     mn_graph *g = c->g;
@@ -1386,6 +1432,13 @@ static mn_status rt_argmax(ox_ctx *c, mn_tensor x, int rank, const int64_t *d, i
     OX_TRY(c, mn_relu(g, &r, diff));
     OX_CHECK(cmp_consts(c, &one, &zero));
     OX_TRY(c, mn_where(g, &eq, r, zero, one));
+    /* a NaN maximum (NaN wins) is found at the NaNs only: eq - isnan(m) (1 - isnan(x)) */
+    mn_tensor nm, nx, notx, fix;
+    OX_CHECK(rt_isnan(c, m, &nm));
+    OX_CHECK(rt_isnan(c, t, &nx));
+    OX_TRY(c, mn_sub(g, &notx, one, nx));
+    OX_TRY(c, mn_mul(g, &fix, nm, notx));
+    OX_TRY(c, mn_sub(g, &eq, eq, fix));
     ox_host kh;
     int64_t kd[MN_MAX_RANK];
     for (int i = 0; i < rank; i++) kd[i] = i == axis ? d[i] : 1;

@@ -196,10 +196,9 @@ static mn_status op_conv_transpose(ox_ctx *c) {
         int64_t full = p.s[i] * (p.in[i] - 1) + op[i] + (p.k[i] - 1) * p.d[i] + 1;
         if (nos >= 0 || upper || lower) {
             int64_t want = nos >= 0 ? os[i] : p.in[i] * p.s[i];
-            int64_t total = full - want;
-            if (total < 0) return ox_unsup(c, "output_shape larger than the full result");
+            int64_t total = full - want; /* negative: zeros appended (an implied output padding) */
             /* the extra cell goes to the end for SAME_UPPER (and output_shape), to the beginning for SAME_LOWER */
-            p.pb[i] = lower ? total - total / 2 : total / 2;
+            p.pb[i] = total < 0 ? 0 : lower ? total - total / 2 : total / 2;
             p.pe[i] = total - p.pb[i];
         } else if (strcmp(p.auto_pad, "NOTSET") && strcmp(p.auto_pad, "VALID"))
             return ox_fail(c, MN_E_INVALID, "auto_pad '%s'", p.auto_pad);
@@ -216,7 +215,7 @@ static mn_status op_conv_transpose(ox_ctx *c) {
     /* mn_conv_transpose2d takes symmetric padding and output_padding < stride;
      * other cases: the full result, cropped (and zero-extended) */
     bool direct = true;
-    for (int i = 0; i < p.ns; i++) direct = direct && p.pb[i] == p.pe[i] && op[i] < p.s[i];
+    for (int i = 0; i < p.ns; i++) direct = direct && p.pb[i] == p.pe[i] && p.pb[i] >= 0 && op[i] < p.s[i];
     for (int i = 0; i < p.ns; i++) {
         int a = ax2(&p, i);
         tp.stride[a] = (int)p.s[i];

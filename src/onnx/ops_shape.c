@@ -1106,10 +1106,18 @@ static mn_status op_dropout(ox_ctx *c) {
     float ratio = 0.5f;
     if (c->ver < 12) OX_CHECK(ox_attr_float(c, "ratio", 0.5f, &ratio));
     if (c->ver < 7) ox_attr_ignore(c, "is_test");
+    if (c->ver >= 12 && ox_has_in(c, 1)) {
+        const ox_host *h;
+        OX_CHECK(ox_in_host(c, 1, &h));
+        if (h->numel != 1) return ox_fail(c, MN_E_SHAPE, "ratio must hold one value");
+        ratio = (float)ox_host_get_f(h, 0);
+    }
     if (ox_has_in(c, 2)) {
         const ox_host *h;
         OX_CHECK(ox_in_host(c, 2, &h));
-        if (h->numel != 1 || ox_host_get_i(h, 0)) return ox_unsup(c, "training_mode true (inference only)");
+        /* training with ratio 0 keeps everything: the identity too */
+        if (h->numel != 1 || (ox_host_get_i(h, 0) && ratio != 0.0f))
+            return ox_unsup(c, "training_mode true with ratio %g (random masks are not reproduced)", (double)ratio);
     }
     /* inference: the identity, and a mask of ones */
     ox_value *x = ox_in(c, 0);
@@ -1139,7 +1147,44 @@ static mn_status op_cumsum(ox_ctx *c) {
     int64_t excl, rev;
     OX_CHECK(ox_attr_int(c, "exclusive", 0, &excl));
     OX_CHECK(ox_attr_int(c, "reverse", 0, &rev));
-    if (!ox_all_known(c)) return ox_unsup(c, "no run-time form (it is evaluated only on constants)");
+    if (!ox_in_known(c, 0)) {
+        /* a product with a 0/1 matrix along the axis (an infinite input
+         * makes NaN where 0 x inf meets it) */
+        ox_value *v = ox_in(c, 0);
+        const ox_host *ah;
+        OX_CHECK(ox_in_host(c, 1, &ah));
+        if (ah->numel != 1) return ox_fail(c, MN_E_SHAPE, "axis must be a scalar");
+        int axis;
+        OX_CHECK(ox_axis(c, ox_host_get_i(ah, 0), v->rank, "axis", &axis));
+        if (!ox_dtype_float(v->dtype)) return ox_unsup(c, "%s CumSum at run time (float only)", mn_onnx_dtype_name(v->dtype));
+        int64_t n = v->dims[axis], pre = 1, post = 1;
+        for (int i = 0; i < axis; i++) pre *= v->dims[i];
+        for (int i = axis + 1; i < v->rank; i++) post *= v->dims[i];
+        if (n * n > ((int64_t)1 << 24)) return ox_unsup(c, "an axis of %lld elements at run time", (long long)n);
+        ox_host m;
+        int64_t md[2] = {n, n};
+        OX_CHECK(host_new(c, &m, MN_ONNX_FLOAT, 2, md));
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < n; i++)
+                m.f[j * n + i] = (rev ? (excl ? j > i : j >= i) : (excl ? j < i : j <= i)) ? 1 : 0;
+        mn_tensor mt, t;
+        mn_status st = ox_const_tensor(c, &m, &mt);
+        ox_host_free(&m);
+        if (st) return st;
+        OX_CHECK(ox_in_f32(c, 0, &t));
+        int64_t d3[3] = {pre, n, post};
+        OX_CHECK(ox_reshape(c, &t, t, 3, d3));
+        if (post > 1) OX_TRY(c, mn_transpose(c->g, &t, t, 1, 2));
+        int64_t d2[2] = {pre * post, n};
+        OX_CHECK(ox_reshape(c, &t, t, 2, d2));
+        OX_TRY(c, mn_matmul(c->g, &t, t, mt));
+        int64_t b3[3] = {pre, post, n};
+        OX_CHECK(ox_reshape(c, &t, t, 3, b3));
+        if (post > 1) OX_TRY(c, mn_transpose(c->g, &t, t, 1, 2));
+        OX_CHECK(ox_reshape(c, &t, t, v->rank, v->dims));
+        return ox_set_out(c, 0, t, v->dtype);
+    }
+    if (!ox_all_known(c)) return ox_unsup(c, "a run-time axis");
     const ox_host *x, *ah;
     OX_CHECK(ox_in_host(c, 0, &x));
     OX_CHECK(ox_in_host(c, 1, &ah));
