@@ -1533,7 +1533,7 @@ static mn_status import_model(ox_import *im, char *err, size_t errcap) {
     if (opset_ok && (st = setup_outputs(im))) return st;
     if (im->n_items) {
         ox_str msg = {0};
-        const char *what = im->first ? "cannot be imported" : "uses what the importer does not support";
+        const char *what = im->first ? "that stop the import" : "the importer does not support";
         ox_str_add(&msg, "%d item%s %s:%s", im->n_items, im->n_items == 1 ? "" : "s", what,
                    im->items.p ? im->items.p : "");
         if (im->n_items > OX_MAX_ITEMS) ox_str_add(&msg, "\n  ... and %d more", im->n_items - OX_MAX_ITEMS);
