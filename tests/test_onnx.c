@@ -221,7 +221,7 @@ static void test_train(mn_device *dev) {
 }
 
 /* batch norm: the running statistics are frozen parameters, scale and bias train */
-static void test_batchnorm_frozen(void) {
+static void test_batchnorm_frozen(bool constants) {
     ob b;
     ob_init(&b, 15);
     const int64_t xd[4] = {2, 3, 2, 2}, cd[1] = {3};
@@ -242,7 +242,9 @@ static void test_batchnorm_frozen(void) {
     mn_graph *g;
     mn_graph_create(&g);
     mn_onnx *m = NULL;
-    CHECK_OK(mn_onnx_load_memory(&m, g, buf, len, NULL, g_err, sizeof g_err), g_err);
+    mn_onnx_options oo = mn_onnx_default_options();
+    oo.constants = constants;
+    CHECK_OK(mn_onnx_load_memory(&m, g, buf, len, &oo, g_err, sizeof g_err), g_err);
     free(buf);
     if (!m) {
         mn_graph_destroy(g);
@@ -250,6 +252,24 @@ static void test_batchnorm_frozen(void) {
     }
     mn_onnx_io io;
     mn_onnx_output_at(m, 0, &io);
+    if (constants) {
+        /* inference only: no parameters, nothing to initialise */
+        mn_session_options so = mn_session_default_options();
+        mn_session *s = NULL;
+        CHECK_OK(mn_session_create(&s, g, &so), s ? mn_session_error(s) : "");
+        CHECK_OK(mn_onnx_init_session(m, s), mn_onnx_error(m));
+        float x[24] = {0}, y[24];
+        CHECK_OK(mn_onnx_set_input(m, s, "x", x, sizeof x), mn_onnx_error(m));
+        CHECK_OK(mn_session_run(s), mn_session_error(s));
+        CHECK_OK(mn_onnx_get_output(m, s, "y", y, sizeof y), mn_onnx_error(m));
+        CHECK_NEAR(y[0], (0 - mu[0]) / sqrt(va[0] + 1e-3) * sc[0] + bi[0], 1e-5);
+        float v[3];
+        CHECK(mn_session_get_param(s, "bn.weight", v, 3) == MN_E_NOT_FOUND);
+        mn_session_destroy(s);
+        mn_onnx_destroy(m);
+        mn_graph_destroy(g);
+        return;
+    }
     float tgt[24];
     for (int i = 0; i < 24; i++) tgt[i] = (float)(i % 5) * 0.3f;
     mn_tensor t, loss;
@@ -711,7 +731,27 @@ static void test_prefix(void) {
     /* the same prefix twice: the names collide, and the error says so */
     mn_onnx *c = NULL;
     o.prefix = "b.";
-    CHECK(mn_onnx_load_memory(&c, g, buf, len, &o, g_err, sizeof g_err) == MN_OK || g_err[0]);
+    CHECK(mn_onnx_load_memory(&c, g, buf, len, &o, g_err, sizeof g_err) == MN_E_INVALID && c == NULL &&
+          strstr(g_err, "'b.x' is already used"));
+    mn_graph_destroy(g);
+    free(buf);
+    /* names the graph's rules refuse get generated ones, reported by find */
+    ob bb;
+    ob_init(&bb, 13);
+    const int64_t d1[1] = {3};
+    const float ww[3] = {1, 2, 3};
+    ob_input(&bb, "__in", 1, 1, d1);
+    ob_output(&bb, "optim.out", 1, 1, d1);
+    ob_init_f32(&bb, "__weights", 1, d1, ww);
+    ob_node(&bb, "Mul", "m", (const char *[]){"__in", "__weights", NULL}, (const char *[]){"optim.out", NULL});
+    buf = ob_pack(&bb, &len);
+    ob_free(&bb);
+    mn_graph_create(&g);
+    CHECK_OK(mn_onnx_load_memory(&c, g, buf, len, NULL, g_err, sizeof g_err), g_err);
+    mn_tensor t;
+    CHECK(c && mn_onnx_find(c, "__weights", &t) == MN_OK);
+    CHECK(c && mn_onnx_input_at(c, 0, &io) == MN_OK && strncmp(io.graph_name, "onnx.input.", 11) == 0);
+    CHECK(c && mn_onnx_output_at(c, 0, &io) == MN_OK && strncmp(io.graph_name, "onnx.output.", 12) == 0);
     mn_onnx_destroy(c);
     mn_graph_destroy(g);
     free(buf);
@@ -757,7 +797,7 @@ static void replay_corpus(const char *dir) {
 
 /* the models above, and a few more operators, as fuzz seeds */
 static int write_seeds(const char *dir) {
-    struct { const char *name; uint8_t *buf; size_t len; } s[8];
+    struct { const char *name; uint8_t *buf; size_t len; } s[12];
     int n = 0;
     s[n].name = "mlp.onnx";
     s[n].buf = mlp_model(&s[n].len);
@@ -840,6 +880,68 @@ static int write_seeds(const char *dir) {
     s[n].buf = ob_pack(&b, &s[n].len);
     ob_free(&b);
     n++;
+    /* rank 5 at the edge of what the graph holds */
+    ob_init(&b, 13);
+    const int64_t r5[5] = {1, 2, 3, 2, 2}, r4[4] = {2, 3, 2, 2}, s4[4] = {2, 3, 2, 2}, four4[1] = {4};
+    ob_input(&b, "v", 1, 5, r5);
+    ob_output(&b, "w", 1, 4, r4);
+    ob_init_i64(&b, "s4", 1, four4, s4);
+    nd = ob_node(&b, "Transpose", "t5", (const char *[]){"v", NULL}, (const char *[]){"vt", NULL});
+    ob_attr_ints(&b, nd, "perm", 5, (const int64_t[]){0, 1, 2, 4, 3});
+    ob_node(&b, "Reshape", "r4", (const char *[]){"vt", "s4", NULL}, (const char *[]){"vr", NULL});
+    ob_node(&b, "Relu", "rl", (const char *[]){"vr", NULL}, (const char *[]){"w", NULL});
+    s[n].name = "rank5.onnx";
+    s[n].buf = ob_pack(&b, &s[n].len);
+    ob_free(&b);
+    n++;
+    /* opset 6: legacy broadcasting, batch norm attributes, 2-D softmax */
+    ob_init(&b, 6);
+    const int64_t od6[4] = {2, 3, 2, 2}, c6[1] = {3}, f6[2] = {2, 12};
+    ob_input(&b, "x6", 1, 4, od6);
+    ob_output(&b, "y6", 1, 4, od6);
+    ob_init_f32(&b, "bias6", 1, c6, c3);
+    ob_init_f32(&b, "s6", 1, c6, c3);
+    ob_init_f32(&b, "b6", 1, c6, c3);
+    ob_init_f32(&b, "m6", 1, c6, c3);
+    ob_init_f32(&b, "v6", 1, c6, c3);
+    nd = ob_node(&b, "Add", "add6", (const char *[]){"x6", "bias6", NULL}, (const char *[]){"a6", NULL});
+    ob_attr_int(&b, nd, "broadcast", 1);
+    ob_attr_int(&b, nd, "axis", 1);
+    nd = ob_node(&b, "BatchNormalization", "bn6", (const char *[]){"a6", "s6", "b6", "m6", "v6", NULL},
+                 (const char *[]){"n6", NULL});
+    ob_attr_int(&b, nd, "is_test", 1);
+    ob_attr_int(&b, nd, "spatial", 1);
+    nd = ob_node(&b, "Softmax", "sm6", (const char *[]){"n6", NULL}, (const char *[]){"y6", NULL});
+    ob_attr_int(&b, nd, "axis", 1);
+    (void)f6;
+    s[n].name = "opset6.onnx";
+    s[n].buf = ob_pack(&b, &s[n].len);
+    ob_free(&b);
+    n++;
+    /* resize, split, erf, comparisons, argmax, cumsum */
+    ob_init(&b, 13);
+    const int64_t md[4] = {1, 2, 3, 4}, mo[4] = {1, 2, 6, 8}, sc4[1] = {4}, ax0[1] = {1};
+    const float scales[4] = {1, 1, 2, 2};
+    ob_input(&b, "mx", 1, 4, md);
+    ob_output(&b, "my", 1, 4, mo);
+    ob_output(&b, "am", 7, 4, (const int64_t[]){1, 2, 3, 1});
+    ob_output(&b, "cs", 1, 4, md);
+    Onnx__TensorProto *sct = ob_tensor(&b, "scales", 1, 1, sc4, scales, true);
+    ob_push(&b, (void ***)&b.graph.initializer, &b.graph.n_initializer, sct);
+    const int64_t axis3 = 3;
+    ob_init_i64(&b, "axis3", 0, ax0, &axis3);
+    nd = ob_node(&b, "Resize", "rz", (const char *[]){"mx", "", "scales", NULL}, (const char *[]){"rr", NULL});
+    ob_attr_string(&b, nd, "mode", "linear");
+    ob_node(&b, "Erf", "erf", (const char *[]){"rr", NULL}, (const char *[]){"re", NULL});
+    ob_node(&b, "Greater", "gt", (const char *[]){"re", "rr", NULL}, (const char *[]){"g", NULL});
+    ob_node(&b, "Where", "wh", (const char *[]){"g", "re", "rr", NULL}, (const char *[]){"my", NULL});
+    nd = ob_node(&b, "ArgMax", "am", (const char *[]){"mx", NULL}, (const char *[]){"am", NULL});
+    ob_attr_int(&b, nd, "axis", 3);
+    ob_node(&b, "CumSum", "cs", (const char *[]){"mx", "axis3", NULL}, (const char *[]){"cs", NULL});
+    s[n].name = "misc.onnx";
+    s[n].buf = ob_pack(&b, &s[n].len);
+    ob_free(&b);
+    n++;
     int fails = 0;
     for (int i = 0; i < n; i++) {
         char p[4096];
@@ -861,7 +963,8 @@ int main(int argc, char **argv) {
     test_io(NULL);
     test_prefix();
     test_train(NULL);
-    test_batchnorm_frozen();
+    test_batchnorm_frozen(false);
+    test_batchnorm_frozen(true);
     test_composites(NULL);
     const char *corpus = getenv("MN_FUZZ_ONNX_CORPUS");
     if (corpus) replay_corpus(corpus);

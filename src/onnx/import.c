@@ -602,7 +602,7 @@ mn_status ox_attr_string(ox_ctx *c, const char *name, const char *def, const cha
     /* strings are bytes; a NUL inside one is refused */
     if (a->s.len && memchr(a->s.data, 0, a->s.len))
         return ox_fail(c, MN_E_FORMAT, "attribute '%s' holds a NUL byte", name);
-    char *b = c->strs[c->n_strs++ & 3];
+    char *b = c->strs[c->n_strs++ & 7];
     size_t k = a->s.len < 255 ? a->s.len : 255;
     if (k) memcpy(b, a->s.data, k);
     b[k] = 0;
@@ -699,15 +699,37 @@ static char *prefixed(const ox_import *im, const char *name) {
     return s;
 }
 
-/* A graph name for an ONNX name: the name itself (with the prefix) when the
- * graph accepts it, else "onnx.<kind>.<n>". decl tries a name. */
+/* Whether the graph's name rules (meganeura.h) accept s: 1..MN_MAX_NAME
+ * bytes of UTF-8 without control characters, not starting with "optim." or
+ * "__". */
+static bool name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n < 1 || n > MN_MAX_NAME || strncmp(s, "optim.", 6) == 0 || strncmp(s, "__", 2) == 0) return false;
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = p[i];
+        if (c < 0x20 || c == 0x7f) return false;
+        int k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+        if (k < 0 || (k == 1 && c < 0xc2) || i + (size_t)k >= n) return false;
+        for (int j = 1; j <= k; j++)
+            if ((p[i + j] & 0xc0) != 0x80) return false;
+        i += (size_t)k + 1;
+    }
+    return true;
+}
+
+/* A graph name for an ONNX name: the name itself (with the prefix), or
+ * "onnx.<kind>.<n>" when the graph's rules refuse the name itself (one
+ * starting with "__", say). A name already in the graph is an error, except
+ * for outputs (an output whose name is taken, by the input it repeats say,
+ * gets a generated one: mn_onnx_output_at reports it). decl tries a name. */
 typedef mn_status (*decl_fn)(ox_import *im, const char *name, void *arg);
 static mn_status declare(ox_import *im, const char *onnx_name, const char *kind, decl_fn fn, void *arg,
                          char **graph_name) {
     char *name = prefixed(im, onnx_name);
     if (!name) return MN_E_NOMEM;
-    mn_status st = fn(im, name, arg);
-    if (st == MN_E_INVALID) {
+    mn_status st = name_ok(name) ? fn(im, name, arg) : MN_E_INVALID;
+    if (st == MN_E_INVALID && (!name_ok(name) || strcmp(kind, "output") == 0)) {
         free(name);
         char gen[64];
         snprintf(gen, sizeof gen, "onnx.%s.%d", kind, im->n_decl++);
@@ -842,6 +864,7 @@ static mn_status make_param(ox_ctx *c, ox_value *v, bool *made) {
         m->n_params++;
         if (im->opt.freeze) OX_TRY(c, mn_graph_param_freeze(c->g, t, true));
         v->t = t;
+        v->is_param = true;
         record_named(im, v->name, t);
         *made = true;
         return MN_OK;

@@ -149,6 +149,7 @@ typedef struct ox_value {
     ox_feed feed;
     /* the graph tensor once materialised (f32, or i32 for OXF_IDS inputs) */
     mn_tensor t;
+    bool is_param; /* t is a parameter (an initializer made trainable) */
 } ox_value;
 
 typedef struct ox_param {
@@ -216,7 +217,7 @@ typedef struct ox_ctx {
     int *out;
     bool *used;     /* per attribute: read by the handler */
     int failures;   /* items this node recorded */
-    char strs[4][256]; /* string attributes read (ox_attr_string) */
+    char strs[8][256]; /* string attributes read (ox_attr_string) */
     int n_strs;
     ox_value absent;   /* what ox_in returns for an absent input */
 } ox_ctx;

@@ -419,8 +419,8 @@ static mn_status op_batch_norm(ox_ctx *c) {
     OX_CHECK(ox_in_f32(c, 3, &mean));
     OX_CHECK(ox_in_f32(c, 4, &var));
     /* the statistics are not trained */
-    if (ox_in(c, 3)->init >= 0) OX_TRY(c, mn_graph_param_freeze(c->g, mean, true));
-    if (ox_in(c, 4)->init >= 0) OX_TRY(c, mn_graph_param_freeze(c->g, var, true));
+    if (ox_in(c, 3)->is_param) OX_TRY(c, mn_graph_param_freeze(c->g, mean, true));
+    if (ox_in(c, 4)->is_param) OX_TRY(c, mn_graph_param_freeze(c->g, var, true));
     OX_CHECK(per_channel(c, 1, x->rank, &sc));
     OX_CHECK(per_channel(c, 2, x->rank, &b));
     OX_CHECK(per_channel(c, 3, x->rank, &mean));

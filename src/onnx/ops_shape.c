@@ -202,6 +202,7 @@ static mn_status op_transpose(ox_ctx *c) {
         }
         return ox_set_out_host(c, 0, &y);
     }
+    if (n > MN_MAX_RANK) return ox_unsup(c, "a tensor of rank %d in the graph (at most %d)", n, MN_MAX_RANK);
     int perm[MN_MAX_RANK];
     bool ident = true;
     for (int i = 0; i < n; i++) {
