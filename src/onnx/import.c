@@ -198,7 +198,7 @@ static int64_t raw_get_i(const void *data, int dt, int64_t k) {
         memcpy(&u, p, 8);
         return u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)u;
     }
-    return (int64_t)raw_get(data, dt, k);
+    return ox_f2i(raw_get(data, dt, k));
 }
 
 static const ox_io *find_io(const ox_io *list, int n, const char *name) {
@@ -301,7 +301,7 @@ static void store_as(void *dst, int dt, int64_t k, double v) {
     }
     case MN_ONNX_BOOL: *p = v != 0; return;
     default: {
-        int64_t iv = (int64_t)nearbyint(v);
+        int64_t iv = ox_f2i(nearbyint(v));
         switch (mn_onnx_dtype_size(dt)) {
         case 1: *p = (uint8_t)iv; return;
         case 2: {

@@ -93,6 +93,8 @@ int64_t ox_numel(int rank, const int64_t *dims, int64_t limit);
 mn_status ox_host_alloc(ox_host *h, int dtype, int rank, const int64_t *dims, char *err, size_t cap);
 void ox_host_free(ox_host *h);
 mn_status ox_host_copy(ox_host *dst, const ox_host *src, char *err, size_t cap);
+/* v truncated toward zero, clamped to int64 (NaN: 0). */
+int64_t ox_f2i(double v);
 /* Element k as a double / as an integer (floats truncated toward zero). */
 double ox_host_get_f(const ox_host *h, int64_t k);
 int64_t ox_host_get_i(const ox_host *h, int64_t k);

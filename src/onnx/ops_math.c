@@ -891,8 +891,8 @@ static mn_status op_clip(ox_ctx *c) {
             if (v > hi) v = hi;
             if (y.i) {
                 int64_t iv = x->i[e];
-                if ((double)iv < lo) iv = (int64_t)lo;
-                if ((double)iv > hi) iv = (int64_t)hi;
+                if ((double)iv < lo) iv = ox_f2i(lo);
+                if ((double)iv > hi) iv = ox_f2i(hi);
                 y.i[e] = iv;
             } else ox_host_set_f(&y, e, v);
         }
@@ -1000,7 +1000,7 @@ static mn_status host_matmul(ox_ctx *c, const ox_host *a, const ox_host *b, ox_h
                 int64_t si = 0;
                 for (int64_t k = 0; k < K; k++) {
                     int64_t ea = (oa * M + i) * K + k, eb = (ob * K + k) * N + j;
-                    if (a->i && b->i) si += a->i[ea] * b->i[eb];
+                    if (a->i && b->i) si = (int64_t)((uint64_t)si + (uint64_t)a->i[ea] * (uint64_t)b->i[eb]);
                     else s += ox_host_get_f(a, ea) * ox_host_get_f(b, eb);
                 }
                 int64_t e = (bi * M + i) * N + j;
@@ -1392,7 +1392,7 @@ static mn_status op_reduce(ox_ctx *c) {
                     case R_SUM: s = (int64_t)((uint64_t)s + (uint64_t)v); break;
                     case R_PROD: s = (int64_t)((uint64_t)s * (uint64_t)v); break;
                     case R_SUMSQ: s = (int64_t)((uint64_t)s + (uint64_t)v * (uint64_t)v); break;
-                    case R_L1: s += v < 0 ? -v : v; break;
+                    case R_L1: s = (int64_t)((uint64_t)s + (v < 0 ? 0 - (uint64_t)v : (uint64_t)v)); break;
                     case R_MAX: s = first || v > s ? v : s; break;
                     default: s = first || v < s ? v : s; break;
                     }

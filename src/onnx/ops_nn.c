@@ -186,6 +186,10 @@ static mn_status op_conv_transpose(ox_ctx *c) {
     if (nop < 0) op[0] = op[1] = 0;
     else if (nop != p.ns) return ox_fail(c, MN_E_SHAPE, "output_padding has %d entries", nop);
     if (nos >= 0 && nos != p.ns) return ox_fail(c, MN_E_SHAPE, "output_shape has %d entries", nos);
+    for (int i = 0; i < nos; i++)
+        if (os[i] < 1 || os[i] > (1 << 24)) return ox_fail(c, MN_E_SHAPE, "output_shape %lld", (long long)os[i]);
+    for (int i = 0; nop >= 0 && i < nop; i++)
+        if (op[i] < 0 || op[i] > (1 << 20)) return ox_fail(c, MN_E_INVALID, "output_padding %lld", (long long)op[i]);
     int64_t C = x->dims[1];
     if (group < 1 || C % group || w->dims[0] != C) return ox_fail(c, MN_E_SHAPE, "weights [%lld, ...] for %lld channels", (long long)w->dims[0], (long long)C);
     int64_t out[2];
@@ -585,12 +589,11 @@ static void resize_matrix(const resize_attrs *a, int64_t in, int64_t out, double
             case NM_CEIL: r = ceil(xo); break;
             default: r = (xo - floor(xo) == 0.5) ? floor(xo) : round(xo); break;
             }
-            int64_t i = (int64_t)r;
-            if (i < 0) i = 0;
-            if (i > in - 1) i = in - 1;
+            int64_t i = r < 0 ? 0 : r > (double)(in - 1) ? in - 1 : (int64_t)r;
             row[i] = 1;
             continue;
         }
+        if (!(fabs(xo) < 1e15)) xo = xo > 0 ? 1e15 : -1e15; /* far outside: the edge value */
         double fl = floor(xo), r = xo - fl;
         int n = a->mode == 1 ? 2 : 4;
         double cf[4];
@@ -737,8 +740,9 @@ static mn_status op_resize(ox_ctx *c) {
     int64_t od[OX_MAX_RANK];
     for (int i = 0; i < rank; i++) {
         if (!(scales[i] > 0) || !isfinite(scales[i])) return ox_fail(c, MN_E_INVALID, "scale %g", scales[i]);
-        od[i] = have_sizes ? sizes[i] : (int64_t)floor((double)x->dims[i] * (float)scales[i]);
-        if (od[i] < 1 || od[i] > (1 << 24)) return ox_unsup(c, "output size %lld", (long long)od[i]);
+        double want = have_sizes ? (double)sizes[i] : floor((double)x->dims[i] * (float)scales[i]);
+        if (!(want >= 1 && want <= (1 << 24))) return ox_unsup(c, "output size %g", want);
+        od[i] = (int64_t)want;
     }
     if (!ox_dtype_float(x->dtype)) return ox_unsup(c, "%s input (float only)", mn_onnx_dtype_name(x->dtype));
     if (rank > MN_MAX_RANK || rank < 1) return ox_unsup(c, "input of rank %d", rank);

@@ -29,8 +29,8 @@ static mn_status host_new(ox_ctx *c, ox_host *h, int dtype, int rank, const int6
 }
 
 static void host_put(ox_host *dst, int64_t k, const ox_host *src, int64_t j) {
-    if (dst->i) dst->i[k] = src->i ? src->i[j] : (int64_t)src->f[j];
-    else dst->f[k] = src->f ? src->f[j] : (double)src->i[j];
+    if (src->i) ox_host_set_i(dst, k, src->i[j]);
+    else ox_host_set_f(dst, k, src->f[j]);
 }
 
 /* integer list of a host tensor (shapes, axes, pads) */
@@ -321,7 +321,7 @@ static mn_status op_split(ox_ctx *c) {
     if (n != c->nout) return ox_fail(c, MN_E_FORMAT, "%d sizes for %d outputs", n, c->nout);
     int64_t tot = 0;
     for (int i = 0; i < n; i++) {
-        if (sizes[i] < 0) return ox_fail(c, MN_E_SHAPE, "split size %lld", (long long)sizes[i]);
+        if (sizes[i] < 0 || sizes[i] > dim) return ox_fail(c, MN_E_SHAPE, "split size %lld", (long long)sizes[i]);
         tot += sizes[i];
     }
     if (tot != dim) return ox_fail(c, MN_E_SHAPE, "split sizes add to %lld, the axis has %lld", (long long)tot, (long long)dim);
@@ -429,16 +429,19 @@ static mn_status op_slice(ox_ctx *c) {
         seen[a] = true;
         int64_t d = x->dims[a], s = st_[k], e = en[k], p = np >= 0 ? sp[k] : 1;
         if (p == 0) return ox_fail(c, MN_E_INVALID, "step 0");
+        /* a step beyond the axis is a step of the axis' size (no overflow below) */
+        if (p > d) p = d > 0 ? d : 1;
+        if (p < -d) p = d > 0 ? -d : -1;
         if (s < 0) s = s < -d ? -d - 1 : s, s += d;
         if (e < 0) e = e < -d ? -d - 1 : e, e += d;
         if (p > 0) {
             s = s < 0 ? 0 : s > d ? d : s;
             e = e < 0 ? 0 : e > d ? d : e;
-            len[a] = e > s ? (e - s + p - 1) / p : 0;
+            len[a] = e > s ? (e - s - 1) / p + 1 : 0;
         } else {
             s = s < 0 ? -1 : s > d - 1 ? d - 1 : s;
             e = e < -1 ? -1 : e > d - 1 ? d - 1 : e;
-            len[a] = s > e ? (s - e + (-p) - 1) / (-p) : 0;
+            len[a] = s > e ? (s - e - 1) / (-p) + 1 : 0;
         }
         start[a] = s;
         step[a] = p;
@@ -700,7 +703,8 @@ static mn_status op_tile(ox_ctx *c) {
     if (n != x->rank) return ox_fail(c, MN_E_SHAPE, "%d repeats for rank %d", n, x->rank);
     int64_t od[OX_MAX_RANK];
     for (int i = 0; i < n; i++) {
-        if (rep[i] < 0) return ox_fail(c, MN_E_INVALID, "repeat %lld", (long long)rep[i]);
+        if (rep[i] < 0 || (x->dims[i] && rep[i] > OX_MAX_NUMEL / x->dims[i]))
+            return ox_fail(c, MN_E_INVALID, "repeat %lld", (long long)rep[i]);
         od[i] = x->dims[i] * rep[i];
     }
     if (x->kind == OXV_CONST) {
@@ -774,6 +778,9 @@ static mn_status op_pad(ox_ctx *c) {
     for (int k = 0; k < nax; k++) {
         int a = k;
         if (na >= 0) OX_CHECK(ox_axis(c, axes[k], rank, "axis", &a));
+        if (pads[k] < -OX_MAX_NUMEL || pads[k] > OX_MAX_NUMEL || pads[k + nax] < -OX_MAX_NUMEL ||
+            pads[k + nax] > OX_MAX_NUMEL)
+            return ox_fail(c, MN_E_SHAPE, "pads beyond 2^40");
         before[a] = pads[k];
         after[a] = pads[k + nax];
     }
@@ -993,9 +1000,10 @@ static mn_status op_range(ox_ctx *c) {
         int64_t s = a->i[0], l = b->i[0], st = d->i[0];
         if (st == 0) return ox_fail(c, MN_E_INVALID, "delta 0");
         double cnt = ceil(((double)l - (double)s) / (double)st);
+        if (!(cnt < 1e9)) return ox_unsup(c, "a range of %g elements", cnt);
         int64_t n = cnt > 0 ? (int64_t)cnt : 0;
         OX_CHECK(host_new(c, &y, dt, 1, &n));
-        for (int64_t i = 0; i < n; i++) ox_host_set_i(&y, i, s + i * st);
+        for (int64_t i = 0; i < n; i++) ox_host_set_i(&y, i, (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)st));
     } else {
         double s = a->f[0], l = b->f[0], st = d->f[0];
         if (st == 0) return ox_fail(c, MN_E_INVALID, "delta 0");
@@ -1020,6 +1028,7 @@ static mn_status op_eye_like(ox_ctx *c) {
     OX_CHECK(ox_attr_int(c, "dtype", x->dtype, &dt));
     if (x->rank != 2) return ox_fail(c, MN_E_SHAPE, "input must be 2-D");
     if (!ox_dtype_known((int)dt)) return ox_unsup(c, "dtype %s", mn_onnx_dtype_name((int)dt));
+    if (k < -OX_MAX_NUMEL || k > OX_MAX_NUMEL) k = k < 0 ? -OX_MAX_NUMEL : OX_MAX_NUMEL;
     ox_host y;
     OX_CHECK(host_new(c, &y, (int)dt, 2, x->dims));
     for (int64_t i = 0; i < x->dims[0]; i++) {
@@ -1094,9 +1103,8 @@ static mn_status op_onehot(ox_ctx *c) {
         ox_coords(r, od, e, co);
         for (int i = 0, j = 0; i < r; i++)
             if (i != axis) ic[j++] = co[i];
-        double v = ox_host_get_f(ih, ox_linear(ih->rank, ih->dims, ic));
-        int64_t iv = (int64_t)v;
-        if (iv < 0) iv += depth;
+        int64_t iv = ox_host_get_i(ih, ox_linear(ih->rank, ih->dims, ic));
+        if (iv < 0 && iv >= -depth) iv += depth;
         host_put(&y, e, vh, iv == co[axis] ? 1 : 0);
     }
     return ox_set_out_host(c, 0, &y);
@@ -1205,7 +1213,7 @@ static mn_status op_cumsum(ox_ctx *c) {
             if (!in) continue;
             co[axis] = j;
             int64_t k = ox_linear(x->rank, x->dims, co);
-            if (x->i) si += x->i[k];
+            if (x->i) si = (int64_t)((uint64_t)si + (uint64_t)x->i[k]);
             else s = ox_round_to(x->dtype, s + x->f[k]);
         }
         if (y.i) y.i[e] = si;

@@ -349,14 +349,14 @@ mn_status ox_host_copy(ox_host *dst, const ox_host *src, char *err, size_t cap) 
 
 double ox_host_get_f(const ox_host *h, int64_t k) { return h->f ? h->f[k] : (double)h->i[k]; }
 
-int64_t ox_host_get_i(const ox_host *h, int64_t k) {
-    if (h->i) return h->i[k];
-    double v = h->f[k];
+int64_t ox_f2i(double v) {
     if (!(v == v)) return 0;
     if (v >= 9.2233720368547758e18) return INT64_MAX;
     if (v <= -9.2233720368547758e18) return INT64_MIN;
     return (int64_t)v;
 }
+
+int64_t ox_host_get_i(const ox_host *h, int64_t k) { return h->i ? h->i[k] : ox_f2i(h->f[k]); }
 
 static int64_t wrap_int(int dt, int64_t v) {
     switch (dt) {
@@ -380,12 +380,7 @@ void ox_host_set_f(ox_host *h, int64_t k, double v) {
         h->i[k] = v != 0;
         return;
     }
-    int64_t iv;
-    if (!(v == v)) iv = 0;
-    else if (v >= 9.2233720368547758e18) iv = INT64_MAX;
-    else if (v <= -9.2233720368547758e18) iv = INT64_MIN;
-    else iv = (int64_t)v;
-    h->i[k] = wrap_int(h->dtype, iv);
+    h->i[k] = wrap_int(h->dtype, ox_f2i(v));
 }
 
 void ox_host_set_i(ox_host *h, int64_t k, int64_t v) {
