@@ -1,7 +1,13 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--gemm-shape M,N,K]...
- *                   [--only NAME] [--nonfinite skip|apply|unchecked]
+ *                   [--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]
+ *
+ * --list names every workload, the model workloads of bench_models.c (the
+ * paper's five at its shapes and larger training batches: ResNet-50, the
+ * U-Nets, the SmolVLA action expert) included; --models runs those (the
+ * default runs the MLPs); --only NAME runs the workloads whose name holds
+ * NAME, of either kind.
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -18,8 +24,11 @@
  * --gemm-shape M,N,K (repeatable): those products instead. The tile is the
  * generator's choice unless MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn forces one
  * (reported as "tile").
+ * Every workload reports the dispatches of its training step and of its
+ * forward run (train_kernels, infer_kernels: the kernel plan's count).
  * Prints one JSON object per line (for scripts) and nothing else on stdout.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <meganeura.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +36,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "bench_models.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -129,6 +140,22 @@ static void time_it(mn_session *s, bool train, int warmup, int runs, const float
 
 static const char *backend_name(mn_backend_kind b) { return b == MN_BACKEND_VULKAN ? "vulkan" : "cpu"; }
 
+/* Dispatching kernels of a session's step (training) or run (the first
+ * line of the kernels dump). */
+static long kernels(const mn_session *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    long n = -1;
+    FILE *f = open_memstream(&buf, &len);
+    if (f && mn_session_dump(s, "kernels", f) == MN_OK) {
+        fflush(f);
+        if (!buf || sscanf(buf, "kernels: %ld", &n) != 1) n = -1;
+    }
+    if (f) fclose(f);
+    free(buf);
+    return n;
+}
+
 /* One device per workload, shared by its sessions (cold, warm, inference).
  * MEGANEURA_BENCH_PRIVATE_DEVICE=1: every session opens its own instead.
  * (Sessions of a second model on a device that already ran another model's
@@ -168,8 +195,9 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     mn_session_memory(s, &peak, &sum);
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
            "\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,"
-           "\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin, peak, sum);
+           "\"train_kernels\":%ld,\"infer_kernels\":%ld,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
+           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin,
+           kernels(s), kernels(si), peak, sum);
     fflush(stdout);
     mn_session_destroy(s);
     mn_session_destroy(si);
@@ -239,7 +267,7 @@ static void bench_gemm(mn_backend_kind be, int M, int N, int K) {
 int main(int argc, char **argv) {
     mn_backend_kind be = MN_BACKEND_VULKAN;
     int runs = 50, warmup = 10;
-    bool gemm = false;
+    bool gemm = false, models = false;
     int shapes[16][3], nshapes = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -262,6 +290,14 @@ int main(int argc, char **argv) {
             }
             nshapes++;
             gemm = true;
+        } else if (!strcmp(argv[i], "--models")) {
+            models = true;
+        } else if (!strcmp(argv[i], "--list")) {
+            for (size_t k = 0; k < sizeof workloads / sizeof workloads[0]; k++)
+                printf("%-22s MLP %d-%d-%d%s, batch %d\n", workloads[k].name, workloads[k].dims[0], workloads[k].dims[1],
+                       workloads[k].dims[2], workloads[k].nlayers > 2 ? "-10" : "", workloads[k].batch);
+            bench_models_list(stdout);
+            return 0;
         } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
             only = argv[++i];
         } else if (!strcmp(argv[i], "--nonfinite") && i + 1 < argc) {
@@ -274,8 +310,8 @@ int main(int argc, char **argv) {
             }
             g_nonfinite = (mn_nonfinite)k;
         } else {
-            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... [--only NAME] "
-                    "[--nonfinite skip|apply|unchecked]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... "
+                    "[--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]\n", argv[0]);
             return 2;
         }
     }
@@ -290,8 +326,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i], sizes[i], sizes[i]);
     } else {
-        for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-            if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        if (!models || only)
+            for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
+                if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
+        bench_models_run(only, models, be, warmup, runs, g_nonfinite);
     }
     return 0;
 }

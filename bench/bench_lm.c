@@ -6,9 +6,12 @@
  * (bench/lm_torch.py), so the two are compared on the same GPU.
  *
  *   meganeura_bench_lm train --config FILE [--batch B] [--seq T] [--steps N]
- *                            [--warmup W] [--backend cpu|vulkan]
+ *                            [--warmup W] [--backend cpu|vulkan] [--precision strict|bf16|f16]
  *   meganeura_bench_lm infer --model DIR [--prefill N] [--decode M] [--forward T]
- *                            [--runs R] [--backend cpu|vulkan]
+ *                            [--runs R] [--backend cpu|vulkan] [--precision strict|bf16|f16]
+ *
+ * --precision: mn_session_options.precision (the fast contract on matrix
+ * products; default strict); the train line reports it.
  *
  * Does not: load real text (tokens are uniform random ids) or check
  * correctness (the gates are tests/test_llama_hf.c with the fixtures of
@@ -54,10 +57,13 @@ static int die(const char *what, const char *why) {
     return 1;
 }
 
+static mn_precision g_precision = MN_PRECISION_STRICT;
+
 static mn_session *make_session(const mn_graph *g, mn_backend_kind be, mn_mode mode, const mn_optimizer *opt,
                                 double *build_s) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
+    o.precision = g_precision;
     o.mode = mode;
     if (opt) o.optim = *opt;
     mn_session *s = NULL;
@@ -142,10 +148,11 @@ static int bench_train(const char *config, mn_backend_kind be, int64_t B, int64_
     }
     fputc('\n', stderr);
     const double med = steps > 0 ? median(ms, steps) : 0;
-    printf("{\"bench\": \"lm_train\", \"config\": \"%s\", \"backend\": \"%s\", \"params\": %" PRId64
+    printf("{\"bench\": \"lm_train\", \"config\": \"%s\", \"backend\": \"%s\", \"precision\": \"%s\", \"params\": %" PRId64
            ", \"batch\": %" PRId64 ", \"seq\": %" PRId64 ", \"steps\": %d, \"build_s\": %.3f, \"step_ms\": %.3f"
            ", \"tokens_per_s\": %.1f, \"loss_first\": %.5f, \"loss_last\": %.5f",
-           config, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", mn_llama_numel(m), B, T, steps, build_s, med,
+           config, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", mn_precision_name(g_precision), mn_llama_numel(m), B,
+           T, steps, build_s, med,
            med > 0 ? 1e3 * (double)(B * T) / med : 0.0, (double)first, (double)last);
     print_memory(s);
     printf("}\n");
@@ -250,8 +257,8 @@ static int bench_infer(const char *dir, mn_backend_kind be, int64_t P, int64_t D
         }
         const double fm = median(pre, runs);
         printf("{\"bench\": \"lm_forward\", \"model\": \"%s\", \"backend\": \"%s\", \"tokens\": %" PRId64
-               ", \"forward_ms\": %.3f}\n",
-               dir, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", F, fm);
+               ", \"forward_ms\": %.3f, \"kernels\": %ld}\n",
+               dir, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", F, fm, kernel_count(s));
     }
     rc = 0;
 done:
@@ -267,9 +274,9 @@ done:
 
 static int usage(void) {
     fprintf(stderr, "usage: meganeura_bench_lm train --config FILE [--batch B] [--seq T] [--steps N] [--warmup W] "
-                    "[--backend cpu|vulkan]\n"
+                    "[--backend cpu|vulkan] [--precision strict|bf16|f16]\n"
                     "       meganeura_bench_lm infer --model DIR [--prefill N] [--decode M] [--forward T] [--runs R] "
-                    "[--backend cpu|vulkan]\n");
+                    "[--backend cpu|vulkan] [--precision strict|bf16|f16]\n");
     return 2;
 }
 
@@ -296,6 +303,9 @@ int main(int argc, char **argv) {
             if (*end || *num < 0) return usage();
         } else if (!strcmp(a, "--config")) config = v;
         else if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--precision") && (!strcmp(v, "strict") || !strcmp(v, "bf16") || !strcmp(v, "f16")))
+            g_precision = !strcmp(v, "bf16") ? MN_PRECISION_FAST_BF16
+                          : !strcmp(v, "f16") ? MN_PRECISION_FAST_F16 : MN_PRECISION_STRICT;
         else if (!strcmp(a, "--backend") && (!strcmp(v, "cpu") || !strcmp(v, "vulkan")))
             be = !strcmp(v, "cpu") ? MN_BACKEND_CPU : MN_BACKEND_VULKAN;
         else return usage();

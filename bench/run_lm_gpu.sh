@@ -10,7 +10,8 @@
 # PARTS (default all): any of
 #   gates     test_llama_hf on the full-size architecture (random bf16 weights)
 #   train     SmolLM2-135M training steps, batch 1x128 and 8x512, ours and PyTorch
-#   fusion    the same 1x128 step with MEGANEURA_FUSION=0 and =pointwise (kernel counts, time)
+#   fusion    the same 1x128 step with MEGANEURA_FUSION=0, =pointwise and =nomulti (the
+#             per-parameter optimizer kernels) (kernel counts, time)
 #   profile   MEGANEURA_PROFILE=1 of the 8x512 step and of inference (profile.txt)
 #   big       a ~1B Llama training step, ours and PyTorch
 #   infer     prefill 512, decode 128, forward 128: ours and PyTorch eager
@@ -48,7 +49,7 @@ if has train; then
 fi
 if has fusion; then
   log fusion
-  for f in 0 pointwise; do
+  for f in 0 pointwise nomulti; do
     MEGANEURA_FUSION=$f ours train --config $cfg/smollm2-135m.json --batch 1 --seq 128 --steps 10
   done
 fi

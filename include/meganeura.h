@@ -41,6 +41,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* The functions declared here are the ones libmeganeura.so exports: the
+ * library is built with hidden visibility (-fvisibility=hidden) and a
+ * version script (cmake/exports.cmake) made from these headers. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define MN_VERSION_STRING "0.1.0"
 #define MN_MAX_RANK 4
@@ -67,8 +73,10 @@ enum {
     MN_E_UNSUPPORTED = -8, /* the op/feature exists but not here (no backward rule, backend) */
     MN_E_BACKEND = -9,     /* the backend failed (device error) */
     MN_E_STATE = -10,      /* call not valid in this state (e.g. step on an inference session) */
-    MN_E_NONFINITE = -11   /* a training step met a NaN or infinite loss or gradient (see
+    MN_E_NONFINITE = -11,  /* a training step met a NaN or infinite loss or gradient (see
                               mn_session_options.nonfinite); the session stays usable */
+    MN_E_DIST = -12        /* data-parallel training: the all-reduce failed (a rank died, hangs
+                              or disagrees; see mn_dist); the session is no longer usable */
 };
 /* A short constant name for a status ("MN_E_SHAPE"). Never NULL. */
 const char *mn_status_str(mn_status s);
@@ -166,6 +174,10 @@ mn_status mn_tanh(mn_graph *g, mn_tensor *out, mn_tensor x);
 mn_status mn_gelu(mn_graph *g, mn_tensor *out, mn_tensor x);      /* erf form */
 mn_status mn_gelu_tanh(mn_graph *g, mn_tensor *out, mn_tensor x); /* tanh approximation */
 mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* sin and cos of x in radians; Vulkan to a few ulp for |x| < 1e5 (its own
+ * range reduction, not the builtins). Gradients cos(x) and -sin(x). */
+mn_status mn_sin(mn_graph *g, mn_tensor *out, mn_tensor x);
+mn_status mn_cos(mn_graph *g, mn_tensor *out, mn_tensor x);
 /* Reductions over one axis (negative counts from the end) or MN_ALL_AXES. */
 mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
 mn_status mn_mean(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
@@ -471,6 +483,66 @@ typedef enum mn_nonfinite {
     MN_NONFINITE_UNCHECKED = 2
 } mn_nonfinite;
 
+/* Synchronous data-parallel training over several processes ("ranks"),
+ * through an all-reduce the caller provides, so the library itself depends
+ * on no transport (the MPI binding in meganeura_mpi.h provides one).
+ *
+ * Every rank builds the same graph with the same options and seed (so the
+ * same initial parameters) and feeds, before each mn_session_step, its own
+ * shard of the global batch: equal shards, the graph's batch being the
+ * shard. In each step the session
+ *   1. runs the forward and backward pass, and as the gradients of the
+ *      trained parameters are computed (the last layers' first) copies
+ *      them into host buckets of about bucket_bytes; each full bucket is
+ *      handed to a communication thread that calls sum() on it while the
+ *      backward pass goes on (the overlap);
+ *   2. after the backward pass adds the loss to the last bucket, waits for
+ *      every bucket, divides the sums by size (the loss is a mean over
+ *      each shard, so the mean over the global batch is the mean of the
+ *      ranks' means) and writes the gradients and the loss back;
+ *   3. runs the update part: the non-finite check and clipping (which thus
+ *      see the reduced gradients and the global loss, so every rank decides
+ *      alike), the optimizer updates.
+ * mn_session_loss then returns the loss of the global batch on every rank;
+ * outputs (logits) stay the rank's own. Parameters, optimizer state and
+ * step counts stay bitwise equal on all ranks provided sum() gives every
+ * rank the same bits (a fixed order of summation, not MPI_Allreduce's).
+ * Not reduced: batch-norm running statistics (each rank keeps its shard's)
+ * and dropout masks (drawn by element index within the shard).
+ *
+ * sum: adds n floats element-wise over all ranks, in place; returns 0, or
+ * non-zero after writing a message into err (at most cap bytes). It is
+ * called during mn_session_step from the session's communication thread,
+ * one call at a time, in the same order on every rank; it must return
+ * within a bounded time (a timeout) when another rank has died or hangs,
+ * never block for ever. After a failure the step returns MN_E_DIST with
+ * that message and the session is dead. */
+typedef struct mn_dist {
+    int rank, size; /* 0 <= rank < size; size 1 is a plain session */
+    int (*sum)(void *user, float *buf, size_t n, char *err, size_t cap);
+    void *user;
+    size_t bucket_bytes; /* gradient bytes per sum() call; 0: 4 MiB */
+} mn_dist;
+/* The arithmetic of matrix products: matmul and the convolutions (conv1d,
+ * conv2d, conv_transpose2d), forward and backward (their gradients are
+ * products too). Tensors are stored in f32 in every mode.
+ * STRICT (the default): f32 operands, f32 accumulation.
+ * FAST_BF16, FAST_F16 (the fast contract): each operand element of a
+ *   product is rounded to bf16 (or f16) - to nearest, ties to even; f16
+ *   keeps subnormals and turns |x| >= 65520 into inf - and the products
+ *   are accumulated in f32. On a device with cooperative matrices (tensor
+ *   cores) the Vulkan backend runs them there; elsewhere (and on the CPU,
+ *   the reference) plain f32 arithmetic on the rounded operands gives the
+ *   same values up to the order of the f32 sums. Everything else (norms,
+ *   softmax, losses, the optimizer, the master weights) stays f32. */
+typedef enum mn_precision {
+    MN_PRECISION_STRICT = 0,
+    MN_PRECISION_FAST_BF16 = 1,
+    MN_PRECISION_FAST_F16 = 2
+} mn_precision;
+/* "strict", "bf16", "f16"; "?" for anything else. */
+const char *mn_precision_name(mn_precision p);
+
 typedef struct mn_session_options {
     mn_backend_kind backend;
     mn_mode mode;
@@ -478,7 +550,23 @@ typedef struct mn_session_options {
     uint64_t seed;      /* parameter initialisation */
     mn_device *device;  /* NULL: the session opens its own device */
     mn_nonfinite nonfinite; /* training: non-finite loss or gradients (default SKIP) */
+    const mn_dist *dist; /* training: data-parallel all-reduce (copied at creation; its
+                            user data must outlive the session); NULL: one process */
+    mn_precision precision; /* matrix products (default STRICT) */
 } mn_session_options;
+
+/* What data-parallel steps spent communicating, summed over the steps
+ * since the session was created (zeros without mn_session_options.dist). */
+typedef struct mn_dist_stats {
+    int64_t steps;
+    int buckets;          /* sum() calls per step (the last one carries the loss) */
+    size_t floats;        /* values reduced per step: the gradients and the loss */
+    double sum_seconds;   /* in sum() (the communication thread), all steps */
+    double wait_seconds;  /* the step waited for sum() after its backward pass, all
+                             steps: the part of the communication not overlapped */
+    double copy_seconds;  /* reading gradients to the host and writing them back */
+} mn_dist_stats;
+mn_status mn_session_dist_stats(const mn_session *s, mn_dist_stats *out);
 
 mn_session_options mn_session_default_options(void);
 
@@ -670,6 +758,9 @@ int32_t mn_tokenizer_vocab_size(const mn_tokenizer *t);
 /* Whether id is a special token (skipped by MN_TOKENIZE_SKIP_SPECIAL). */
 bool mn_tokenizer_is_special(const mn_tokenizer *t, int32_t id);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

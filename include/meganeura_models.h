@@ -13,6 +13,12 @@
  * kept by the handle (mn_hf_checkpoint_error, mn_llama_error) or written to
  * an err buffer where there is no handle yet; every destroy accepts NULL.
  *
+ * Also: torchvision's ResNet (mn_resnet_*), a diffusion U-Net (mn_unet_*),
+ * the SmolVLA action expert (mn_vla_*) and Whisper (mn_whisper_*), built
+ * under one handle type (mn_model), with the image and audio front ends
+ * they need (PNG/JPEG decoding and ImageNet preprocessing, WAV reading and
+ * the log-mel spectrogram).
+ *
  * Does not: tokenize text (meganeura.h's mn_tokenizer_* does).
  */
 #ifndef MEGANEURA_MODELS_H
@@ -22,6 +28,12 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+/* The functions declared here are the ones libmeganeura.so exports: the
+ * library is built with hidden visibility (-fvisibility=hidden) and a
+ * version script (cmake/exports.cmake) made from these headers. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
 #endif
 
 /* ---- Hugging Face checkpoints ---------------------------------------------- */
@@ -67,6 +79,9 @@ typedef struct mn_hf_load_options {
     /* NULL-terminated list of checkpoint names to skip silently; an entry
      * "*suffix" matches every name ending in suffix. May be NULL. */
     const char *const *ignore;
+    /* Check names, shapes and dtypes only; write nothing (the session may
+     * then be NULL). */
+    bool check_only;
 } mn_hf_load_options;
 
 /* Copies the n parameters from the checkpoint into the session (f32 under
@@ -333,6 +348,394 @@ mn_status mn_llama_export(mn_llama *m, mn_session *s, const char *dir);
 /* config.json text for c (malloc'd, free() it); NULL when out of memory. */
 char *mn_llama_config_json(const mn_llama_config *c);
 
+
+/* ==== the other workloads: ResNet, diffusion U-Net, action expert, Whisper ==== */
+
+/* One handle type for the builders below (mn_resnet_create, ...): it keeps
+ * the parameter list under the checkpoint names (torchvision's, Hugging
+ * Face's, or the PyTorch modules' of tests/fixtures/gen_workloads.py), the
+ * error message, and what the model's helpers need. Destroy it before the
+ * graph it was built into is destroyed only if no helper is called after. */
+typedef struct mn_model mn_model;
+void mn_model_destroy(mn_model *m);
+/* Message of the last failed call on m ("" if none); may be long. */
+const char *mn_model_error(const mn_model *m);
+/* The parameters, in creation order; names live as long as m. */
+int mn_model_param_count(const mn_model *m);
+const mn_hf_param *mn_model_params(const mn_model *m);
+int64_t mn_model_numel(const mn_model *m);
+/* A named tensor of the model's graph: its inputs and outputs by their
+ * names ("pixels", "logits", "pred", ...) and "loss"; MN_NONE if none. */
+mn_tensor mn_model_tensor(const mn_model *m, const char *name);
+/* mn_hf_load with the model's parameters (and the model's own ignore list:
+ * a ResNet skips "*.num_batches_tracked"); a ResNet built with folded batch
+ * norms checks the checkpoint's unfolded tensors (conv weights, batch-norm
+ * weight, bias and running statistics) and folds them while loading. Errors
+ * are copied into mn_model_error. c may be a single safetensors file. */
+mn_status mn_model_load(mn_model *m, mn_session *s, mn_hf_checkpoint *c, const mn_hf_load_options *o);
+
+/* ---- ResNet (torchvision) --------------------------------------------------- */
+
+typedef enum mn_resnet_block {
+    MN_RESNET_BASIC = 0,     /* two 3x3 convs (ResNet-18/34), expansion 1 */
+    MN_RESNET_BOTTLENECK = 1 /* 1x1, 3x3 (stride here: v1.5), 1x1 (ResNet-50/101/152), expansion 4 */
+} mn_resnet_block;
+
+typedef struct mn_resnet_config {
+    mn_resnet_block block;
+    int layers[4];        /* blocks per stage, each >= 1: {2,2,2,2} for ResNet-18 */
+    int64_t width;        /* conv1's channels and layer1's planes (torchvision: 64); stage i has width << i planes */
+    int64_t num_classes;  /* fc outputs (1000) */
+    int64_t in_channels;  /* 3 */
+    float bn_eps;         /* 1e-5 */
+    float bn_momentum;    /* 0.1 (PyTorch's convention: new = (1 - m) old + m batch) */
+} mn_resnet_config;
+
+#define MN_RESNET_MAX_BLOCKS 64
+#define MN_RESNET_MAX_WIDTH 4096
+
+/* torchvision's resnet18/34/50/101/152 (1000 classes); other depths:
+ * MN_E_INVALID. */
+mn_status mn_resnet_config_preset(mn_resnet_config *out, int depth, char *err, size_t errcap);
+/* The architecture a torchvision state_dict holds: block type (conv3
+ * present), blocks per stage (the highest layerN.K), width (conv1.weight),
+ * classes (fc.weight), input channels. Refuses a checkpoint that is not a
+ * torchvision ResNet, naming the tensor. */
+mn_status mn_resnet_config_from_checkpoint(mn_resnet_config *out, const mn_hf_checkpoint *c, char *err,
+                                           size_t errcap);
+
+typedef enum mn_resnet_kind {
+    /* "pixels" f32 [B,C,H,W] and "labels" i32 [B] -> "logits" [B,classes]
+     * and the mean cross-entropy; batch norms in training mode (batch
+     * statistics; running statistics updated at each mn_session_step). */
+    MN_RESNET_TRAIN = 0,
+    /* "pixels" -> "logits"; batch norms use the running statistics
+     * (torchvision's model.eval()). */
+    MN_RESNET_EVAL = 1,
+    /* as EVAL, each batch norm folded into the convolution before it: the
+     * graph has convs with a bias ("<conv>.bias") and no batch norm;
+     * mn_model_load folds the checkpoint's statistics into them. */
+    MN_RESNET_FOLDED = 2
+} mn_resnet_kind;
+
+typedef struct mn_resnet_options {
+    mn_resnet_kind kind;
+    int64_t batch;          /* >= 1 */
+    int64_t height, width;  /* input images (224 x 224) */
+    bool (*freeze)(const char *name, void *user); /* as mn_llama_options */
+    void *freeze_user;
+} mn_resnet_options;
+/* TRAIN, batch 1, 224 x 224. */
+mn_resnet_options mn_resnet_default_options(void);
+
+/* Records torchvision's ResNet into g: conv1 (7x7, stride 2, pad 3), bn1,
+ * relu, maxpool (3x3, stride 2, pad 1), layer1..layer4 (the first block of
+ * layers 2-4 strides by 2 in its 3x3 conv, v1.5, with a downsample branch
+ * of a 1x1 conv and a batch norm, "layerN.0.downsample.0/1"), global average
+ * pooling, fc. Parameter names and layouts are torchvision's (conv weights
+ * [out,in,kh,kw], fc.weight [classes, features]); batch-norm running
+ * statistics are frozen parameters "<bn>.running_mean"/".running_var",
+ * saved in checkpoints under those names. Fresh values as torchvision's
+ * (kaiming normal, fan_out, for convs; batch norm 1 and 0; fc U(+-1/sqrt(in))).
+ * On failure *out is a dead handle whose mn_model_error says why. */
+mn_status mn_resnet_create(mn_model **out, mn_graph *g, const mn_resnet_config *c, const mn_resnet_options *o);
+
+/* ---- images (PNG, JPEG) and ImageNet preprocessing -------------------------- */
+
+/* 8-bit RGB pixels, row-major, [height][width][3]. */
+typedef struct mn_image {
+    int64_t width, height;
+    uint8_t *rgb; /* malloc'd; mn_image_free */
+} mn_image;
+
+/* Largest image decoded (width * height), and largest side. */
+#define MN_IMAGE_MAX_PIXELS ((int64_t)1 << 28)
+#define MN_IMAGE_MAX_SIDE 65500
+
+/* Decodes a PNG (libpng: gray, palette, alpha, 16 bits, interlaced; alpha
+ * dropped and 16-bit samples cut to their high byte, as PIL's convert("RGB")
+ * does) or a baseline/progressive JPEG (libjpeg-turbo, gray or YCbCr; CMYK
+ * refused) from memory, told apart by their signatures. Truncated or
+ * corrupt data, sizes over the limits and anything else are refused with a
+ * message in err naming what was wrong (warnings of the decoders count as
+ * errors: a truncated JPEG is not filled with grey). */
+mn_status mn_image_decode(mn_image *out, const void *data, size_t len, char *err, size_t errcap);
+/* The same from a regular file (at most 256 MiB). */
+mn_status mn_image_load(mn_image *out, const char *path, char *err, size_t errcap);
+void mn_image_free(mn_image *im);
+/* Bilinear resizing as PIL's Image.resize(BILINEAR) does it (a triangle
+ * filter widened by the scale when shrinking, so it antialiases; fixed-point
+ * coefficients; horizontal pass then vertical, each rounded to 8 bits). */
+mn_status mn_image_resize(mn_image *out, const mn_image *in, int64_t width, int64_t height);
+/* torchvision's ImageNet evaluation transform: Resize(resize) (the shorter
+ * side to resize, the longer one int(resize * long / short)), CenterCrop(crop),
+ * ToTensor, Normalize(mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)).
+ * out: f32 [3, crop, crop]. resize 256 and crop 224 are the usual values. */
+mn_status mn_imagenet_preprocess(float *out, const mn_image *im, int64_t resize, int64_t crop);
+
+
+/* ---- diffusion U-Net ----------------------------------------------------------- */
+
+/* Two families from one builder (names as the PyTorch modules of
+ * tests/fixtures/gen_workloads.py, the paper's simplified U-Net being
+ * bench/torch_anchors.py's UNet):
+ * - simplified (mn_unet_config_simple): conv "cin", per level l a ResBlock
+ *   "enc.l" (GroupNorm, SiLU, 3x3 conv, GroupNorm, SiLU, 3x3 conv, a 1x1
+ *   "r" conv on the skip when the channels change) and, but for the last
+ *   level, a stride-2 3x3 conv "down.l"; a ResBlock "mid"; per level from
+ *   the lowest, nearest 2x upsampling when the sizes differ, concatenation
+ *   with the level's skip and a ResBlock "dec.i"; a 3x3 conv "out"; no conv
+ *   biases, no timestep.
+ * - conditioned (mn_unet_config_conditioned): the same with conv biases, a
+ *   sinusoidal timestep embedding computed in the graph (cos | sin of
+ *   t * 10000^(-i/half), half = base/2) through an MLP "time.0" (base ->
+ *   4 base), SiLU, "time.2" (4 base -> 4 base), added in every ResBlock
+ *   through "<block>.t" (SiLU then Linear to the block's channels) after its
+ *   first conv; and at the levels of attention_levels (and "mid_attn" when
+ *   the lowest level is one) a transformer block "enc_attn.l" / "dec_attn.i":
+ *   GroupNorm "norm", then over the H*W positions: LayerNorm "ln1" +
+ *   self-attention "attn1" (to_q/to_k/to_v without bias, to_out), LayerNorm
+ *   "ln2" + cross-attention "attn2" to the context (keys and values from
+ *   context_dim), LayerNorm "ln3" + feed-forward "ff.0" (4x, GELU) "ff.2",
+ *   each residual; the block's output is added to its input. */
+typedef struct mn_unet_config {
+    int64_t in_channels;       /* latent channels (4) */
+    int64_t base;              /* channels of level 0 (64); level l has base << l */
+    int levels;                /* 3 (multipliers 1, 2, 4) */
+    int groups;                /* GroupNorm groups (16) */
+    bool conv_bias;
+    bool time_embedding;
+    unsigned attention_levels; /* bit l: a transformer block after level l's ResBlocks */
+    int64_t context_dim;       /* cross-attention keys/values width (768); 0: self-attention only */
+    int64_t context_len;       /* context tokens (77) */
+    int64_t head_dim;          /* attention head width (32) */
+    float eps;                 /* GroupNorm and LayerNorm eps (1e-5) */
+} mn_unet_config;
+
+/* The paper's U-Net at base (64: 5.3M parameters as bench/torch_anchors.py's
+ * UNet(4, 64, 3, 16); GroupNorm groups 16, or
+ * 8 when base < 64, as bench/torch_anchors.py's tiny one). */
+mn_unet_config mn_unet_config_simple(int64_t base);
+/* The conditioned one: time embedding, attention at levels 1 and 2 (and the
+ * middle), context 77 x 768, head dim 32. */
+mn_unet_config mn_unet_config_conditioned(int64_t base);
+
+typedef enum mn_unet_kind {
+    /* "noisy" [B,C,H,W], "noise" [B,C,H,W] (the target), "timesteps" f32 [B]
+     * and "context" [B,L,Dc] when the config has them -> "pred" and the
+     * loss mean((pred - noise)^2) (noise prediction). */
+    MN_UNET_TRAIN = 0,
+    /* the same without "noise" and the loss: "pred", the predicted noise */
+    MN_UNET_INFER = 1
+} mn_unet_kind;
+
+typedef struct mn_unet_options {
+    mn_unet_kind kind;
+    int64_t batch;          /* 2 */
+    int64_t height, width;  /* 32 x 32; divisible by 2^(levels-1) */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_unet_options;
+mn_unet_options mn_unet_default_options(void);
+
+/* Records the U-Net into g; fresh parameters as PyTorch initialises them
+ * (convs and linears U(+-1/sqrt(fan_in)), norms 1 and 0). On failure *out
+ * is a dead handle whose mn_model_error says why. */
+mn_status mn_unet_create(mn_model **out, mn_graph *g, const mn_unet_config *c, const mn_unet_options *o);
+
+/* The noise schedule of Stable Diffusion ("scaled_linear": betas =
+ * linspace(sqrt(beta_start), sqrt(beta_end), T)^2; scaled false: linear in
+ * beta as DDPM) as the cumulative products of 1 - beta, in double. */
+mn_status mn_diffusion_schedule(double *alphas_cumprod, int64_t T, double beta_start, double beta_end, bool scaled);
+/* noisy = sqrt(ac[t_b]) x0 + sqrt(1 - ac[t_b]) noise, per sample b of
+ * per_sample values (computed in double, rounded once). */
+mn_status mn_diffusion_add_noise(float *noisy, const float *x0, const float *noise, const int32_t *t, int64_t batch,
+                                 int64_t per_sample, const double *alphas_cumprod, int64_t T);
+/* DDIM sampling (eta 0) with an MN_UNET_INFER model in s: timesteps
+ * t_i = i * (T / steps) for i = steps-1 .. 0; at each,
+ *   eps = unet(x, t_i), x0 = (x - sqrt(1 - a_t) eps) / sqrt(a_t),
+ *   x = sqrt(a_prev) x0 + sqrt(1 - a_prev) eps,
+ * a_prev = alphas_cumprod[t_i - T/steps], or 1 after the last step. x:
+ * [B,C,H,W], the starting noise in, the sample out; context [B,L,Dc] or
+ * NULL when the model has none. */
+mn_status mn_unet_ddim(mn_model *m, mn_session *s, float *x, int64_t steps, const float *context,
+                       const double *alphas_cumprod, int64_t T);
+
+
+/* ---- SmolVLA action expert ------------------------------------------------------ */
+
+/* The action expert of SmolVLA (a Llama-style transformer over the action
+ * chunk; names as tests/fixtures/gen_workloads.py's module, after lerobot):
+ *   h = action_in_proj(x_t)                                  // (B*T, hidden)
+ *   e = [sin(tau w), cos(tau w)], w = 2 pi / period, period = min_period *
+ *       (max_period / min_period)^(i / (half - 1))           // (B, hidden)
+ *   h = action_time_mlp_out(silu(action_time_mlp_in([h, e])))
+ *   layer l: a = rms_norm(h) * input_layernorm;
+ *     even l: self-attention over the chunk (full mask, RoPE on q and k),
+ *             k, v = k_proj(a), v_proj(a);
+ *     odd l:  cross-attention to the VLM features [B, S, kv_dim], k, v =
+ *             k_proj(vlm), v_proj(vlm) (no RoPE);
+ *     q_proj to heads * head_dim, grouped-query attention, o_proj, residual;
+ *     SwiGLU MLP (gate_proj, up_proj, down_proj) after
+ *     post_attention_layernorm, residual
+ *   v = action_out_proj(rms_norm(h) * norm)                 // (B, T, action_dim)
+ * Flow matching: x_t = tau noise + (1 - tau) actions, target noise - actions. */
+typedef struct mn_vla_config {
+    int64_t hidden;          /* 720 */
+    int layers;              /* 16 */
+    int64_t heads, kv_heads; /* 15, 5 */
+    int64_t head_dim;        /* 64 */
+    int64_t ffn;             /* 2048 */
+    int64_t action_dim;      /* 32 */
+    int64_t chunk;           /* 50: actions per chunk */
+    int64_t vlm_len;         /* 16: VLM tokens */
+    int64_t kv_dim;          /* 320: width of the VLM features the cross layers read */
+    float rms_eps;           /* 1e-5 */
+    float rope_theta;        /* 10000 */
+    float min_period, max_period; /* 4e-3, 4.0 */
+} mn_vla_config;
+mn_vla_config mn_vla_config_smolvla(void);
+
+typedef enum mn_vla_kind {
+    /* "actions" [B,T,A], "noise" [B,T,A], "timesteps" f32 [B] (tau in
+     * [0,1]), "vlm" [B,S,kv_dim] -> "velocity" [B,T,A] and the flow-matching
+     * loss mean((velocity - (noise - actions))^2). */
+    MN_VLA_TRAIN = 0,
+    /* "x" [B,T,A] (x_tau), "timesteps", "vlm" -> "velocity". */
+    MN_VLA_INFER = 1
+} mn_vla_kind;
+
+typedef struct mn_vla_options {
+    mn_vla_kind kind;
+    int64_t batch; /* 1 */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_vla_options;
+mn_vla_options mn_vla_default_options(void);
+
+mn_status mn_vla_create(mn_model **out, mn_graph *g, const mn_vla_config *c, const mn_vla_options *o);
+/* Euler integration of the flow from tau = 1 (noise) to 0 with an
+ * MN_VLA_INFER model: steps steps of dt = -1/steps, x += dt * velocity(x,
+ * tau) (SmolVLA's sampler, 10 steps). x: [B,T,A], the noise in, the action
+ * chunk out; vlm [B,S,kv_dim]. */
+mn_status mn_vla_sample(mn_model *m, mn_session *s, float *x, int64_t steps, const float *vlm);
+
+
+/* ---- audio (WAV) and Whisper's log-mel front end ------------------------------- */
+
+/* Mono f32 samples, in [-1, 1) for integer formats (float files may exceed it). */
+typedef struct mn_audio {
+    int64_t samples;
+    int sample_rate;
+    float *pcm; /* malloc'd; mn_audio_free */
+} mn_audio;
+/* A RIFF/WAVE file from memory: PCM 8/16/24/32-bit or IEEE float 32/64,
+ * plain or extensible, any number of channels (averaged into one). Hostile
+ * files (truncated chunks, inconsistent formats, non-finite samples) are
+ * refused with a message in err. */
+mn_status mn_wav_decode(mn_audio *out, const void *data, size_t len, char *err, size_t errcap);
+mn_status mn_wav_load(mn_audio *out, const char *path, char *err, size_t errcap);
+void mn_audio_free(mn_audio *a);
+/* Band-limited resampling to rate (a Hann-windowed sinc, 32 zero crossings;
+ * not bit-equal to any other library's resampler). */
+mn_status mn_audio_resample(mn_audio *out, const mn_audio *in, int rate);
+
+#define MN_WHISPER_SAMPLE_RATE 16000
+#define MN_WHISPER_SAMPLES 480000 /* 30 s */
+#define MN_WHISPER_FRAMES 3000
+/* WhisperFeatureExtractor's log-mel spectrogram of the first 30 s of 16 kHz
+ * samples (zero-padded): out [n_mels, 3000] (n_mels 80 for Whisper-tiny),
+ * in double with FFTW, rounded once. */
+mn_status mn_whisper_log_mel(float *out, const float *pcm, int64_t n, int n_mels);
+/* Its mel filter bank, [201 frequency bins][n_mels], Slaney scale and norm. */
+mn_status mn_whisper_mel_filters(double *filters, int n_mels);
+
+
+/* ---- Whisper (Hugging Face WhisperForConditionalGeneration) ----------------------- */
+
+/* What the builder needs from config.json (transformers' WhisperConfig
+ * keys). Refused naming the key: activation_function other than gelu,
+ * model_type other than whisper, wrong types, duplicated keys, sizes out of
+ * range, heads that do not divide d_model. */
+typedef struct mn_whisper_config {
+    int64_t d_model;                  /* 384 (tiny) */
+    int64_t encoder_layers, decoder_layers;     /* 4, 4 */
+    int64_t encoder_attention_heads, decoder_attention_heads; /* 6, 6 */
+    int64_t encoder_ffn_dim, decoder_ffn_dim;   /* 1536, 1536 */
+    int64_t num_mel_bins;             /* 80 */
+    int64_t max_source_positions;     /* 1500 (3000 frames / 2) */
+    int64_t max_target_positions;     /* 448 */
+    int64_t vocab_size;               /* 51865 */
+    bool scale_embedding;             /* false: token embeddings times sqrt(d_model) when true */
+    int64_t decoder_start_token_id;   /* 50258 */
+    int64_t eos_token_id;             /* 50257 */
+} mn_whisper_config;
+
+mn_status mn_whisper_config_parse(mn_whisper_config *out, const char *json, size_t len, char *err, size_t errcap);
+/* path: a folder holding config.json, or the file. */
+mn_status mn_whisper_config_load(mn_whisper_config *out, const char *path, char *err, size_t errcap);
+/* Whisper-tiny's configuration. */
+mn_whisper_config mn_whisper_config_tiny(void);
+
+typedef enum mn_whisper_kind {
+    /* "input_features" [B, mels, 2 S] -> "encoder_hidden" [B, S, d] and the
+     * paper's loss, the mean square of it (the encoder benchmark). */
+    MN_WHISPER_ENCODER = 0,
+    /* "input_features", "decoder_input_ids" i32 [B,T], "labels" i32 [B*T]
+     * (-100 ignored) -> "logits" [B*T, V] and the mean token cross-entropy
+     * (WhisperForConditionalGeneration's loss; labels are not shifted). */
+    MN_WHISPER_TRAIN = 1,
+    /* Transcription, batch 1, two branches over one set of weights: the
+     * encoder branch ("input_features", "cross_pos" i32 [1] = 0) writes each
+     * decoder layer's cross-attention keys and values into state tensors
+     * "cache.cross.L.k"/".v" (outputs "cross.L.k"/"cross.L.v"); the one-token
+     * decoder branch
+     * ("decoder_input_ids" [1,1], "pos" i32 [1]) appends to self-attention
+     * caches "cache.self.L.k"/".v" of max_target_positions rows and gives
+     * "logits" [1, V].
+     * mn_whisper_greedy runs each branch with mn_session_run_outputs. */
+    MN_WHISPER_DECODE = 2
+} mn_whisper_kind;
+
+typedef struct mn_whisper_options {
+    mn_whisper_kind kind;
+    int64_t batch;    /* ENCODER, TRAIN: >= 1; DECODE: 1 */
+    int64_t seq_len;  /* TRAIN: decoder tokens T <= max_target_positions */
+    bool (*freeze)(const char *name, void *user);
+    void *freeze_user;
+} mn_whisper_options;
+mn_whisper_options mn_whisper_default_options(void);
+
+/* Records Whisper into g under Hugging Face's names (model.encoder.conv1,
+ * ...layers.N.self_attn.q_proj (k_proj without bias), fc1, fc2, the layer
+ * norms, model.decoder.embed_tokens (also the output projection: proj_out
+ * is tied and skipped when loading), embed_positions; the encoder's
+ * sinusoidal embed_positions is a frozen parameter, as in transformers).
+ * Pre-norm layers, GELU (erf), attention scaled by head_dim^-0.5. */
+mn_status mn_whisper_create(mn_model **out, mn_graph *g, const mn_whisper_config *c, const mn_whisper_options *o);
+
+typedef struct mn_whisper_decode_options {
+    const int32_t *prompt; /* the first tokens: <|startoftranscript|> [<|en|> <|transcribe|>] <|notimestamps|> */
+    int n_prompt;
+    int64_t max_new;       /* new tokens at most (prompt + new <= max_target_positions) */
+    const int32_t *suppress;       /* ids never produced (generation_config's suppress_tokens); may be NULL */
+    int n_suppress;
+    const int32_t *begin_suppress; /* ids not produced first (begin_suppress_tokens) */
+    int n_begin_suppress;
+} mn_whisper_decode_options;
+
+/* Greedy decoding with an MN_WHISPER_DECODE model: runs the encoder branch
+ * on features [mels, 3000], feeds the prompt one token per run, then takes
+ * the highest logit (the lowest id on ties; suppressed ids excluded) until
+ * eos_token_id (not emitted) or max_new tokens. out: max_new ids, *n_out
+ * the count. */
+mn_status mn_whisper_greedy(mn_model *m, mn_session *s, const float *features, const mn_whisper_decode_options *o,
+                            int32_t *out, int64_t *n_out);
+
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -48,6 +48,12 @@
 extern "C" {
 #endif
 
+/* Exported from the shared library (built with hidden visibility and a
+ * version script generated from the public headers: cmake/exports.cmake). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* Element types, numbered as ONNX's TensorProto.DataType. */
 typedef enum mn_onnx_dtype {
     MN_ONNX_UNDEFINED = 0,
@@ -199,6 +205,10 @@ typedef struct mn_onnx_tensor {
  * err (may be NULL) says why and *out is zeroed. */
 mn_status mn_onnx_tensor_read(mn_onnx_tensor *out, const char *path, char *err, size_t errcap);
 void mn_onnx_tensor_free(mn_onnx_tensor *t);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

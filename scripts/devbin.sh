@@ -5,7 +5,8 @@
 #
 # Strips the programs (meganeura, the benchmarks, the tests named in TESTS,
 # default test_llama_hf) into .devbin/devbin.tar.xz with the shared libraries
-# that the GPU machine lacks (libcjson, libpcre2-8, libutf8proc) under lib/.
+# that the GPU machine may lack (libcjson, libpcre2-8, libutf8proc, libpng,
+# libjpeg, FFTW, Open MPI's ...: every non-glibc dependency) under lib/.
 # On the GPU machine, from the repository root:
 #   mkdir -p /tmp/b && tar -C /tmp/b -xJf .devbin/devbin.tar.xz
 #   export LD_LIBRARY_PATH=/tmp/b/lib:$LD_LIBRARY_PATH BIN=/tmp/b
@@ -22,9 +23,15 @@ for f in "$build/meganeura" "$build"/bench/meganeura_bench*; do
   if [ -x "$f" ] && [ -f "$f" ]; then strip -o "$stage/$(basename "$f")" "$f"; fi
 done
 for t in $tests; do strip -o "$stage/$t" "$build/tests/$t"; done
-for l in libcjson.so.1 libpcre2-8.so.0 libutf8proc.so.2; do
-  p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
-  [ -n "$p" ] && cp -L "$p" "$stage/lib/"
+# every shared library the programs link that a bare machine may lack (not
+# glibc's, libstdc++/libgcc_s, nor the Vulkan loader that .device/ brings)
+for f in "$stage"/*; do
+  [ -f "$f" ] && ldd "$f" 2>/dev/null
+done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
+  case $name in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*|libvulkan.so*|ld-linux*) ;;
+    *) cp -L "$path" "$stage/lib/" ;;
+  esac
 done
 tar -C "$stage" -cJf .devbin/devbin.tar.xz .
 if [ ! -d .device ]; then cp -r ../shared/device .device; fi

@@ -2,7 +2,8 @@
 # cli_lm.sh BIN SRC_DIR [--backend vulkan] - `train lm` and `generate` end to end on a
 # tiny model: 20 steps from scratch with a checkpoint and an export, a resume that
 # continues to 30 steps, generate from the exported folder (seeded runs repeat,
-# temperature 0 equals greedy), and clear errors for missing files and bad flags.
+# temperature 0 equals greedy), the --log and --plot files of the first run, and
+# clear errors for missing files and bad flags.
 set -euo pipefail
 bin=$1 src=$2
 shift 2
@@ -13,10 +14,16 @@ common=(--config "$fx/lm/tiny-smol.json" --tokenizer "$fx/tokenizer/js-smol.json
         --data "$fx/tokenizer_corpus.txt" --seq 32 --batch 4 --lr 3e-3 --checkpoint "$dir/ck.safetensors")
 die() { echo "cli_lm: $*" >&2; exit 1; }
 
-"$bin" train lm "${common[@]}" --steps 20 --out "$dir/model" "$@" >"$dir/train.out" 2>"$dir/train.err" || {
-  cat "$dir/train.err" >&2; die "train lm failed"; }
+"$bin" train lm "${common[@]}" --steps 20 --out "$dir/model" --log "$dir/lm.jsonl" --plot "$dir/lm.svg" "$@" \
+  >"$dir/train.out" 2>"$dir/train.err" || { cat "$dir/train.err" >&2; die "train lm failed"; }
 cat "$dir/train.out"
 grep -q "eval loss" "$dir/train.err" || die "no eval loss line"
+# the JSON-lines log (20 steps, an evaluation every 2) and the chart (tests/metrics_check.py)
+py=${MN_PYTHON:-/usr/bin/python3}
+"$py" "$src/tests/metrics_check.py" log "$dir/lm.jsonl" tokens_per_s 20 10 || die "bad --log"
+rsvg-convert -o "$dir/lm.png" "$dir/lm.svg" || die "rsvg-convert cannot render the --plot chart"
+"$py" "$src/tests/metrics_check.py" png "$dir/lm.svg" "$dir/lm.png" "train loss" "eval loss" "train accuracy" ||
+  die "bad --plot chart"
 for f in config.json model.safetensors tokenizer.json; do [ -s "$dir/model/$f" ] || die "export lacks $f"; done
 [ -s "$dir/ck.safetensors" ] || die "no checkpoint"
 grep -q '"LlamaForCausalLM"' "$dir/model/config.json" || die "config.json lacks the architecture"

@@ -581,6 +581,8 @@ static double ref_unary(op_id op, double v) {
     case OP_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
     case OP_GELU_TANH: return 0.5 * v * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (v + 0.044715 * v * v * v)));
     case OP_SILU: return v * sg;
+    case OP_SIN: return sin(v);
+    case OP_COS: return cos(v);
     case OP_NEG: return -v;
     case OP_SCALE: return -1.5 * v;
     default: return v; /* STOP_GRAD */
@@ -589,7 +591,7 @@ static double ref_unary(op_id op, double v) {
 
 static void test_unary(void) {
     static const op_id ops[] = {OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_RELU, OP_SIGMOID, OP_TANH,
-                                OP_GELU, OP_GELU_TANH, OP_SILU, OP_NEG, OP_SCALE, OP_STOP_GRAD};
+                                OP_GELU, OP_GELU_TANH, OP_SILU, OP_NEG, OP_SCALE, OP_STOP_GRAD, OP_SIN, OP_COS};
     const int64_t cnt = 8;
     for (size_t o = 0; o < MN_ARRAY_LEN(ops); o++) {
         const op_id op = ops[o];
@@ -971,15 +973,15 @@ static void test_optim(void) {
         run(mode, cc, &r, &sv);
         CHECK(r == 1);
     }
-    /* SUMSQ per row of the last axis: [2,3] -> [2] */
+    /* SUMSQ per block of 4 elements: [2,3] -> [2], the last block short */
     g_reset();
     const int32_t x2 = src(2, SH(2, 3));
     const int32_t sr = mk(OP_SUMSQ, MN_F32, 1, SH(2), 1, INS(x2));
-    sumsq_rows_set(&G.nodes[sr], true);
+    sumsq_block_set(&G.nodes[sr], 4);
     for (int mode = F64; mode <= F32; mode++) {
         double xv[6] = {1, 2, 3, -1, 0, 4}, r[2];
         run(mode, sr, r, xv);
-        CHECK(r[0] == 14 && r[1] == 17);
+        CHECK(r[0] == 15 && r[1] == 16);
     }
 }
 

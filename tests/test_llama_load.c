@@ -480,7 +480,7 @@ static void check_loading(void) {
     write_folder(dir, NULL, t, n, 1);
     CHECK(load_dir(&b, s, dir, NULL, msg, sizeof msg) == MN_E_NOT_FOUND && strstr(msg, "'extra.scale'"));
     const char *ign[] = {"*.scale", NULL};
-    mn_hf_load_options lo = {false, false, ign};
+    mn_hf_load_options lo = {false, false, ign, false};
     CHECK_MSG(load_dir(&b, s, dir, &lo, msg, sizeof msg) == MN_OK, "%s", msg);
     free_weights(&w);
     mn_session_destroy(s);
@@ -496,7 +496,7 @@ static void check_loading(void) {
     size_t hn = numel_of(&w.t[w.n - 1]);
     float *head0 = malloc(hn * sizeof *head0), *head1 = malloc(hn * sizeof *head1);
     mn_session_get_param(s, "lm_head.weight", head0, hn);
-    lo = (mn_hf_load_options){true, false, NULL};
+    lo = (mn_hf_load_options){true, false, NULL, false};
     CHECK_MSG(load_dir(&u, s, dir, &lo, msg, sizeof msg) == MN_OK, "%s", msg);
     mn_session_get_param(s, "lm_head.weight", head1, hn);
     CHECK_MSG(memcmp(head0, head1, hn * sizeof *head0) == 0 && params_equal(s, &w, "lm_head"),
@@ -511,7 +511,7 @@ static void check_loading(void) {
     write_folder(dir, NULL, w3.t, w3.n, 2);
     CHECK(load_dir(&u, s, dir, NULL, msg, sizeof msg) == MN_E_NOT_FOUND && strstr(msg, "Unexpected (9): ") &&
           strstr(msg, "model.layers.2."));
-    lo = (mn_hf_load_options){false, true, NULL};
+    lo = (mn_hf_load_options){false, true, NULL, false};
     CHECK_MSG(load_dir(&u, s, dir, &lo, msg, sizeof msg) == MN_OK, "%s", msg);
     CHECK(params_equal(s, &w3, "layers.2."));
     free_weights(&w3);

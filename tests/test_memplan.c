@@ -13,7 +13,15 @@
  *     without overlaps; with a chunk smaller than the largest tensors (64
  *     and 96 bytes) those start at a chunk boundary (of a power-of-two
  *     chunk: 96 becomes 64) and span whole chunks, every other tensor
- *     stays inside one, still without overlaps.
+ *     stays inside one, still without overlaps;
+ *  5. the memory report is true (issue 8): the peak is the sum of the
+ *     arenas; each arena's tensor_bytes (what memplan_dump and
+ *     MEGANEURA_DUMP=memplan print beside the padding) is, recomputed here,
+ *     the sum of its pinned tensors' aligned sizes, or for the work arena
+ *     the largest total of aligned blocks live at one position (the union
+ *     of their ranges); pinned arenas without chunks have no padding; the
+ *     planner-less plan's peak is exactly sum_bytes (every tensor aligned),
+ *     and chunked plans keep the same tensor bytes, adding only padding.
  * And the first-fit structure itself (mp_freeset, a treap of free
  * intervals): random takes and releases place every block exactly where a
  * linear first-fit scan over the live blocks does (the planner's placements
@@ -143,6 +151,74 @@ static void check_no_overlap(const mn_session *s, const memplan *mp, unsigned se
     free(last);
 }
 
+static int cmp_range(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The report of mp (a plan of s's graph and schedule): tensor bytes per
+ * arena recomputed from the slots and the schedule; padding = the rest. */
+static void check_report(const mn_session *s, const memplan *mp, bool reuse, unsigned seed) {
+    const mn_graph *g = s->g;
+    const int32_t n = g->n;
+    int32_t *first = malloc((size_t)n * 4), *last = malloc((size_t)n * 4);
+    uint64_t *rg = malloc((size_t)n * 2 * sizeof *rg), pinned[MP_ARENA_COUNT] = {0}, all_work = 0, most = 0;
+    if (!first || !last || !rg) {
+        free(first), free(last), free(rg);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++) first[i] = last[i] = -1;
+    for (int32_t t = 0; t < s->sched.n; t++) {
+        int32_t id = s->sched.order[t], r = memplan_root(g, id);
+        if (first[r] < 0) first[r] = t;
+        if (last[r] < t) last[r] = t;
+        for (int k = 0; k < g->nodes[id].nin; k++) {
+            int32_t ri = memplan_root(g, g->nodes[id].in[k]);
+            if (last[ri] < t) last[ri] = t;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const mp_slot *sl = &mp->slots[i];
+        if (sl->arena < 0 || memplan_root(g, i) != i) continue;
+        const uint64_t al = (sl->bytes + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN;
+        if (sl->arena == MP_ARENA_WORK) all_work += al;
+        else pinned[sl->arena] += al;
+    }
+    /* the work arena at its fullest: the union of the live blocks' ranges */
+    for (int32_t t = 0; t < s->sched.n; t++) {
+        int nr = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const mp_slot *sl = &mp->slots[i];
+            if (sl->arena != MP_ARENA_WORK || memplan_root(g, i) != i || first[i] > t || last[i] < t) continue;
+            rg[2 * nr] = sl->offset;
+            rg[2 * nr + 1] = sl->offset + (sl->bytes + MP_ALIGN - 1) / MP_ALIGN * MP_ALIGN;
+            nr++;
+        }
+        qsort(rg, (size_t)nr, 2 * sizeof *rg, cmp_range);
+        uint64_t len = 0, hi = 0;
+        for (int j = 0; j < nr; j++) {
+            const uint64_t lo = rg[2 * j] > hi ? rg[2 * j] : hi;
+            if (rg[2 * j + 1] > lo) len += rg[2 * j + 1] - lo;
+            if (rg[2 * j + 1] > hi) hi = rg[2 * j + 1];
+        }
+        if (len > most) most = len;
+    }
+    uint64_t peak = 0, tensors = 0;
+    bool ok = true;
+    for (int a = 0; a < MP_ARENA_COUNT; a++) {
+        peak += mp->arena_bytes[a];
+        tensors += mp->tensor_bytes[a];
+        ok = ok && mp->tensor_bytes[a] <= mp->arena_bytes[a];
+        if (a != MP_ARENA_WORK) ok = ok && mp->tensor_bytes[a] == pinned[a] && (mp->chunk_bytes || mp->arena_bytes[a] == pinned[a]);
+    }
+    ok = ok && mp->tensor_bytes[MP_ARENA_WORK] == (reuse ? most : all_work) && memplan_peak(mp) == peak &&
+         tensors <= mp->sum_bytes && pinned[0] + pinned[1] + pinned[2] + all_work == mp->sum_bytes;
+    CHECK_MSG(ok, "seed %u: report: work tensors %llu (recomputed %llu), sum %llu, peak %llu", seed,
+              (unsigned long long)mp->tensor_bytes[MP_ARENA_WORK], (unsigned long long)(reuse ? most : all_work),
+              (unsigned long long)mp->sum_bytes, (unsigned long long)peak);
+    free(first), free(last), free(rg);
+}
+
 /* ---- the free-interval set against a linear first-fit scan ------------------- */
 
 typedef struct ref_block {
@@ -238,7 +314,7 @@ static void check_chunked(const mn_session *s, unsigned seed) {
     for (int k = 0; k < 5; k++) {
         memplan mp;
         char err[512] = "";
-        memplan_options mo = {4, true, k == 2 ? tight * 2 : k == 3 ? 64 : k == 4 ? 96 : tight, NULL};
+        memplan_options mo = {4, true, k == 2 ? tight * 2 : k == 3 ? 64 : k == 4 ? 96 : tight, NULL, NULL, 0};
         if (k == 1) mo.reuse = false;
         if (k >= 3 && most <= 64) break;
         if (k >= 3) paged_plans++;
@@ -262,6 +338,12 @@ static void check_chunked(const mn_session *s, unsigned seed) {
         }
         if (!bad) th_passed++;
         check_no_overlap(s, &mp, seed);
+        check_report(s, &mp, mo.reuse, seed);
+        for (int a = 0; a < MP_ARENA_COUNT; a++) /* chunks add padding only */
+            CHECK_MSG(mp.tensor_bytes[a] == (mo.reuse ? s->plan.tensor_bytes[a] : mp.tensor_bytes[a]) &&
+                          mp.sum_bytes == s->plan.sum_bytes,
+                      "seed %u: chunks of %llu changed the tensor bytes of arena %d", seed,
+                      (unsigned long long)mo.chunk_bytes, a);
         memplan_free(&mp);
     }
     free(live);
@@ -334,6 +416,13 @@ int main(void) {
             continue;
         }
         check_no_overlap(sp, &sp->plan, seed);
+        check_report(sp, &sp->plan, true, seed);
+        check_report(su, &su->plan, false, seed);
+        /* planner-less: every tensor its own aligned range, so the peak is the sum */
+        CHECK_MSG(memplan_peak(&su->plan) == su->plan.sum_bytes && sp->plan.sum_bytes == su->plan.sum_bytes,
+                  "seed %u: unplanned peak %llu, sum %llu (planned sum %llu)", seed,
+                  (unsigned long long)memplan_peak(&su->plan), (unsigned long long)su->plan.sum_bytes,
+                  (unsigned long long)sp->plan.sum_bytes);
         check_chunked(sp, seed);
         float xin[32];
         unsigned s = seed * 7;

@@ -18,8 +18,9 @@
  *    import (Shape), hints;
  * 6. two models in one graph under prefixes;
  * 6b. the composites standing in for missing kernels (comparisons, Max/Min,
- *    IsNaN, IsInf, ArgMax, Erf) on infinities, NaN, signed zeros, denormals
- *    and ties, against C's operators and libm, on both backends;
+ *    IsNaN, IsInf, ArgMax, Erf, Tan) and Sin, Cos on infinities, NaN, signed
+ *    zeros, denormals and ties, against C's operators and libm, on both
+ *    backends;
  * 7. the fuzzer's corpus (tests/fuzz/corpus_onnx) through its entry point.
  *
  * `test_onnx --write-seeds DIR` writes the models of this file as the fuzz
@@ -339,6 +340,11 @@ static void test_composites(mn_device *dev) {
     }
     ob_output(&b, "erf", 1, 1, d1);
     ob_node(&b, "Erf", "erf", (const char *[]){"a", NULL}, (const char *[]){"erf", NULL});
+    static const char *const trig[] = {"Sin", "Cos", "Tan"};
+    for (int i = 0; i < 3; i++) {
+        ob_output(&b, trig[i], 1, 1, d1);
+        ob_node(&b, trig[i], trig[i], (const char *[]){"a", NULL}, (const char *[]){trig[i], NULL});
+    }
     ob_output(&b, "isnan", 9, 1, d1);
     ob_node(&b, "IsNaN", "isnan", (const char *[]){"a", NULL}, (const char *[]){"isnan", NULL});
     ob_output(&b, "isinf", 9, 1, d1);
@@ -402,6 +408,19 @@ static void test_composites(mn_device *dev) {
                       be ? "vulkan" : "cpu", va[k], e[k], w);
             CHECK(nan8[k] == (va[k] != va[k]));
             CHECK(inf8[k] == (isinf(va[k]) ? 1 : 0));
+        }
+        /* sin, cos and tan (sin / cos) against libm where mn_sin promises a
+         * few ulp (|x| < 1e5); NaN for infinities and NaN */
+        for (int t = 0; t < 3; t++) {
+            float r[NV];
+            CHECK_OK(mn_onnx_get_output(m, s, trig[t], r, sizeof r), mn_onnx_error(m));
+            for (int k = 0; k < NV; k++) {
+                double x = va[k], w = t == 0 ? sin(x) : t == 1 ? cos(x) : tan(x);
+                if (x != x || isinf(x)) CHECK_MSG(r[k] != r[k], "%s %s(%g) = %g, want NaN", be ? "vulkan" : "cpu", trig[t], x, r[k]);
+                else if (fabs(x) < 1e5)
+                    CHECK_MSG(fabs(r[k] - w) <= 1e-6 * fabs(w) + 2e-7, "%s %s(%g) = %.9g, want %.9g", be ? "vulkan" : "cpu",
+                              trig[t], x, r[k], w);
+            }
         }
         /* argmax along rows of b: the first maximum (NaN wins, as in max) */
         for (int r = 0; r < 4; r++) {

@@ -867,7 +867,7 @@ static void test_codegen(void) {
     }
     memplan mp;
     char err[512] = "";
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     CHECK_OK(memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err), err);
     shaderc_compiler_t cc = shaderc_compiler_initialize();
     shaderc_compile_options_t opt = shaderc_compile_options_initialize();

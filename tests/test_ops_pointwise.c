@@ -724,6 +724,57 @@ static void test_training(void) {
     mn_graph_destroy(g);
 }
 
+/* sin and cos over the arguments a timestep embedding meets (|x| up to
+ * 2000 rad) and past them, against libm in double, on each backend; and
+ * NaN / inf in, NaN out. */
+static void test_sin_cos(void) {
+    enum { N = 4096 + 6 };
+    float x[N];
+    for (int i = 0; i < 4096; i++) x[i] = -2000.0f + 4000.0f * (float)i / 4095.0f + 1e-3f * (float)(i % 7);
+    const float extra[6] = {0.0f, -0.0f, 1e-20f, 99999.0f, 1.5707964f, 3.1415927f};
+    for (int i = 0; i < 6; i++) x[4096 + i] = extra[i];
+    for (int b = 0; b < nbackends(); b++)
+        for (int f = 0; f < 2; f++) {
+            mn_graph *g;
+            mn_tensor xi, y;
+            mn_graph_create(&g);
+            mn_graph_input(g, &xi, "x", MN_F32, 1, (int64_t[]){N});
+            CHECK_OK(f ? mn_cos(g, &y, xi) : mn_sin(g, &y, xi), mn_graph_error(g));
+            mn_graph_output(g, y, "y");
+            mn_session *s = open_s(g, backend_at(b), false, false);
+            float out[N];
+            double worst = 0;
+            if (s) {
+                CHECK_OK(mn_session_set_input(s, "x", x, sizeof x), mn_session_error(s));
+                CHECK_OK(mn_session_run(s), mn_session_error(s));
+                CHECK_OK(mn_session_output(s, "y", out, sizeof out), mn_session_error(s));
+                for (int i = 0; i < N; i++) {
+                    const double ref = f ? cos((double)x[i]) : sin((double)x[i]);
+                    if (fabs(out[i] - ref) > worst) worst = fabs(out[i] - ref);
+                }
+                printf("%s on %s, |x| <= 1e5: largest absolute error %.2e\n", f ? "cos" : "sin", backend_name(b), worst);
+                CHECK_MSG(worst <= 2.5e-7, "%s on %s: absolute error %.3g", f ? "cos" : "sin", backend_name(b), worst);
+                CHECK(!f || out[4096] == 1.0f);
+                CHECK(f || (out[4096] == 0.0f && out[4098] == 1e-20f));
+                const float bad[2] = {NAN, INFINITY};
+                float o2[2];
+                mn_session_destroy(s);
+                mn_graph_destroy(g);
+                mn_graph_create(&g);
+                mn_graph_input(g, &xi, "x", MN_F32, 1, (int64_t[]){2});
+                CHECK_OK(f ? mn_cos(g, &y, xi) : mn_sin(g, &y, xi), mn_graph_error(g));
+                mn_graph_output(g, y, "y");
+                s = open_s(g, backend_at(b), false, false);
+                if (s && !mn_session_set_input(s, "x", bad, sizeof bad) && !mn_session_run(s) &&
+                    !mn_session_output(s, "y", o2, sizeof o2))
+                    CHECK_MSG(isnan(o2[0]) && isnan(o2[1]), "%s(NaN), %s(inf) on %s: %g %g", f ? "cos" : "sin",
+                              f ? "cos" : "sin", backend_name(b), o2[0], o2[1]);
+            }
+            mn_session_destroy(s);
+            mn_graph_destroy(g);
+        }
+}
+
 int main(void) {
 #ifdef MN_HAVE_VULKAN
     g_dev = th_require_vulkan(); /* none: the CPU checks run, then SKIP */
@@ -737,6 +788,7 @@ int main(void) {
     test_kink_gradients();
     test_norms();
     test_bce();
+    test_sin_cos();
     test_training();
     mn_device_close(g_dev);
     return th_finish("test_ops_pointwise");

@@ -10,7 +10,8 @@
  *   sliding window, grouped-query, cache position) against a naive
  *   materialised-softmax reference, in f64, f32 and on Vulkan;
  * - large logits (q.k ~ 1e3): softmax shift invariance, forward and
- *   gradients, no overflow;
+ *   gradients, no overflow; both, on Vulkan, with the tile kernels forced
+ *   onto their small shapes as well (MEGANEURA_ATTN=tiles);
  * - kv_append: rows written in place at the host-written position, rows
  *   outside the cache dropped, the append runs even when nothing reads it,
  *   caches stay out of checkpoints;
@@ -726,26 +727,27 @@ static bool family_op(op_id op) {
     }
 }
 
-/* Every node of the family generated under tiny limits (16 invocations, 4 KiB
- * of shared memory, 3 workgroups in x) compiles. */
-static void codegen_tiny(void) {
-    const vk_caps tiny = {.subgroup_size = 8, .max_shared_bytes = 4096, .max_invocations = 16,
-                          .max_groups = {3, 65535, 65535}};
+typedef struct codegen_case {
+    op_id op;
+    case_fn fn;
+} codegen_case;
+
+/* Generates every node of the family in the cases' training graphs under
+ * caps and compiles each kernel; returns the count; *tiles counts the
+ * attention nodes that got the tile kernel. */
+static int codegen_compile(const vk_caps *caps, const codegen_case *list, size_t nlist, const char *label,
+                           int *tiles) {
     shaderc_compiler_t cc = shaderc_compiler_initialize();
     shaderc_compile_options_t opts = shaderc_compile_options_initialize();
     shaderc_compile_options_set_target_env(opts, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_1);
     int compiled = 0;
-    static const struct {
-        op_id op;
-        case_fn fn;
-    } list[] = {{OP_ATTENTION, c_attn_gqa}, {OP_ATTENTION, c_attn_pos_window}, {OP_ATTENTION, c_attn_tq1},
-                {OP_ATTENTION, v_wide},    {OP_EMBEDDING, c_embedding},       {OP_ROPE, c_rope_pos}};
-    for (size_t li = 0; li < MN_ARRAY_LEN(list); li++) {
-        gcase k = {list[li].op, "tiny", list[li].fn, 0};
+    *tiles = 0;
+    for (size_t li = 0; li < nlist; li++) {
+        gcase k = {list[li].op, label, list[li].fn, 0};
         gc c;
         mn_tensor y;
         if (build_case(&k, &c, &y)) {
-            CHECK_MSG(0, "tiny: building case %zu failed", li);
+            CHECK_MSG(0, "%s: building case %zu failed", label, li);
             mn_graph_destroy(c.g);
             continue;
         }
@@ -759,16 +761,17 @@ static void codegen_tiny(void) {
             if (!family_op(n->op) || s->plan.slots[i].arena < 0) continue;
             vk_kernel *kk = malloc(sizeof *kk);
             char err[512] = "";
-            mn_status st = vk_codegen_node(kk, s->g, i, &s->plan, &tiny, err, sizeof err);
-            CHECK_MSG(st == MN_OK, "tiny %s: %s", op_table[n->op].name, err);
+            mn_status st = vk_codegen_node(kk, s->g, i, &s->plan, caps, err, sizeof err);
+            CHECK_MSG(st == MN_OK, "%s %s: %s", label, op_table[n->op].name, err);
             char *src = st ? NULL : vk_codegen_source(kk);
             if (src) {
-                CHECK_MSG(kk->local[0] <= tiny.max_invocations && kk->groups[0] <= tiny.max_groups[0],
-                          "tiny %s: launch %u x %u", op_table[n->op].name, kk->local[0], kk->groups[0]);
+                CHECK_MSG(kk->local[0] <= caps->max_invocations && kk->groups[0] <= caps->max_groups[0],
+                          "%s %s: launch %u x %u", label, op_table[n->op].name, kk->local[0], kk->groups[0]);
+                *tiles += kk->tmpl && strcmp(kk->tmpl, "attention_tile") == 0;
                 shaderc_compilation_result_t r =
-                    shaderc_compile_into_spv(cc, src, strlen(src), shaderc_glsl_compute_shader, "tiny", "main", opts);
+                    shaderc_compile_into_spv(cc, src, strlen(src), shaderc_glsl_compute_shader, label, "main", opts);
                 bool ok = shaderc_result_get_compilation_status(r) == shaderc_compilation_status_success;
-                CHECK_MSG(ok, "tiny %s: %s", op_table[n->op].name, shaderc_result_get_error_message(r));
+                CHECK_MSG(ok, "%s %s: %s", label, op_table[n->op].name, shaderc_result_get_error_message(r));
                 compiled += ok;
                 shaderc_result_release(r);
                 free(src);
@@ -778,9 +781,82 @@ static void codegen_tiny(void) {
         mn_session_destroy(s);
         mn_graph_destroy(c.g);
     }
-    printf("  vulkan codegen under tiny limits: %d kernels compiled\n", compiled);
     shaderc_compile_options_release(opts);
     shaderc_compiler_release(cc);
+    return compiled;
+}
+
+/* Every node of the family generated under tiny limits (16 invocations, 4 KiB
+ * of shared memory, 3 workgroups in x) compiles. */
+static void codegen_tiny(void) {
+    const vk_caps tiny = {.subgroup_size = 8, .max_shared_bytes = 4096, .max_invocations = 16,
+                          .max_groups = {3, 65535, 65535}};
+    static const codegen_case list[] = {{OP_ATTENTION, c_attn_gqa}, {OP_ATTENTION, c_attn_pos_window},
+                                        {OP_ATTENTION, c_attn_tq1}, {OP_ATTENTION, v_wide},
+                                        {OP_EMBEDDING, c_embedding}, {OP_ROPE, c_rope_pos}};
+    int tiles;
+    const int compiled = codegen_compile(&tiny, list, MN_ARRAY_LEN(list), "tiny", &tiles);
+    printf("  vulkan codegen under tiny limits: %d kernels compiled\n", compiled);
+}
+
+/* SmolLM2's attention at 8 x 512, Llama-3-8B's heads (GQA 4, head dim 128)
+ * and a decoding row over a 2048-row cache with an H200's limits (48 KiB of
+ * shared memory, 1024 invocations, no loop limiter): the tile kernels in
+ * their GPU configurations (which need more shared memory than lavapipe
+ * has, so run here only at head dim 32: test_vk_loop_limit) compile. */
+static mn_tensor h_smol(gc *c) { return attn_case(c, S(8, 9, 512, 64), S(8, 3, 512, 64), true, 0, 0, -1000, -1, 1, -1, 1); }
+static mn_tensor h_d128(gc *c) { return attn_case(c, S(1, 32, 512, 128), S(1, 8, 512, 128), true, 0, 0, -1000, -1, 1, -1, 1); }
+static mn_tensor h_decode(gc *c) { return attn_case(c, S(1, 9, 1, 64), S(1, 3, 2048, 64), true, 0, 0, 2047, -1, 1, -1, 1); }
+static void codegen_h200(void) {
+    const vk_caps h200 = {.subgroup_size = 32, .max_shared_bytes = 49152, .max_invocations = 1024,
+                          .max_groups = {2147483647u, 65535, 65535}, .nonuniform = true, .dynamic_index = true};
+    static const codegen_case list[] = {{OP_ATTENTION, h_smol}, {OP_ATTENTION, h_d128}, {OP_ATTENTION, h_decode}};
+    int tiles;
+    const int compiled = codegen_compile(&h200, list, MN_ARRAY_LEN(list), "h200", &tiles);
+    /* the 4 attention kernels of each of the first two; the decoding step
+     * (one query row; dk/dv with 3 query rows per key) keeps the row kernels */
+    CHECK_MSG(tiles == 8, "h200: %d attention nodes got the tile kernel, want 8", tiles);
+    printf("  vulkan codegen with an H200's limits: %d kernels compiled, %d tile kernels\n", compiled, tiles);
+}
+
+/* The attention tuning knobs (vk_gen_transformer.c): a value that does not
+ * parse, or a tile configuration that does not fit the device, fails the
+ * session with a message naming the variable and the value; unset again,
+ * the same graph builds. */
+static void knob_errors(void) {
+    static const struct {
+        const char *var, *val, *needle;
+    } v[] = {
+        {"MEGANEURA_ATTN", "fast", "MEGANEURA_ATTN='fast'"},
+        {"MEGANEURA_ATTN_RUN", "0", "MEGANEURA_ATTN_RUN='0'"},
+        {"MEGANEURA_ATTN_PREFETCH", "yes", "MEGANEURA_ATTN_PREFETCH='yes'"},
+        {"MEGANEURA_ATTN_TILE", "fwd=64x64", "MEGANEURA_ATTN_TILE item 'fwd=64x64'"},
+        {"MEGANEURA_ATTN_TILE", "bwd=8x8x1x4", "MEGANEURA_ATTN_TILE item 'bwd=8x8x1x4'"},
+        {"MEGANEURA_ATTN_TILE", "fwd=8x6x1x4", "fwd=8x6x1x4 for D 64: want rows a multiple"},
+        {"MEGANEURA_ATTN_TILE", "dq=1024x64x1x8", "dq=1024x64x1x8 for D 64: more"},
+    };
+    gcase k = {OP_ATTENTION, "knobs", v_causal_long, 0};
+    gc c;
+    mn_tensor y;
+    CHECK_OK(build_case(&k, &c, &y), mn_graph_error(c.g));
+    for (size_t i = 0; i < MN_ARRAY_LEN(v); i++) {
+        setenv(v[i].var, v[i].val, 1);
+        mn_session_options o = mn_session_default_options();
+        o.mode = MN_MODE_TRAINING;
+        o.backend = MN_BACKEND_VULKAN;
+        o.device = g_dev;
+        mn_session *s = NULL;
+        mn_status st = mn_session_create(&s, c.g, &o);
+        CHECK_MSG(st == MN_E_INVALID && has(mn_session_error(s), v[i].needle) && has(mn_session_error(s), "attention"),
+                  "%s=%s: %s: %s", v[i].var, v[i].val, mn_status_str(st), mn_session_error(s));
+        mn_session_destroy(s);
+        unsetenv(v[i].var);
+    }
+    mn_session *s = open_bk(c.g, BK_VK, true);
+    CHECK_MSG(s != NULL, "the knobs unset: the session builds");
+    mn_session_destroy(s);
+    mn_graph_destroy(c.g);
+    printf("  vulkan attention knobs: %zu bad values refused, naming them\n", MN_ARRAY_LEN(v));
 }
 
 static void test_vulkan(void) {
@@ -795,6 +871,8 @@ static void test_vulkan(void) {
     compare_vk("embedding V70000", OP_EMBEDDING, v_embedding, 0);
     compare_vk("rope T70 Dh64 pos 9123", OP_ROPE, v_rope, 1e-12);
     codegen_tiny();
+    codegen_h200();
+    knob_errors();
 }
 #endif
 
@@ -813,6 +891,13 @@ int main(void) {
     test_rope();
     test_attention_reference();
     test_large_logits();
+    if (g_dev) { /* every mode and the large logits again, the tile kernels on the small shapes too */
+        setenv("MEGANEURA_ATTN", "tiles", 1);
+        printf("  again with MEGANEURA_ATTN=tiles:\n");
+        test_attention_reference();
+        test_large_logits();
+        unsetenv("MEGANEURA_ATTN");
+    }
     test_partial_grads();
     test_kv_append();
     test_errors();

@@ -10,6 +10,18 @@
  * dimension), which folds large launches into a 2-D grid. A few generated
  * defines are checked literally (broadcast strides, permutation strides).
  *
+ * Index width (issue 8): at the default limits no kernel declares the
+ * SPIR-V Int64 capability (no 64-bit arithmetic); with vk_caps.index_max 1
+ * every kernel with an operand above one element is generated in its
+ * 64-bit index form (MN_IDX64) and does. At real scale, on H200-like limits
+ * (2 GiB chunks, so paged operands): the logits of a Llama-3 head
+ * ([32768, 2048] x [2048, 128256], 4.2G elements), cross-entropy over them
+ * with its backward and both matmul gradients, and elementwise ops and a
+ * sum over 2^32 + 3 elements, a softmax over 2^32 + 4096, generate 64-bit
+ * kernels whose size
+ * literals are 64-bit, whose launch covers every element, and which compile
+ * and validate; without shaderInt64 they are refused with a message.
+ *
  * Does not: execute kernels (test_vulkan_ops compares them with the CPU).
  */
 #include <shaderc/shaderc.h>
@@ -45,7 +57,8 @@ static bool dispatches(op_id op) { return !op_has(op, OPF_SOURCE | OPF_VIEW); }
 static int g_covered[OP_COUNT];
 static shaderc_compiler_t g_cc;
 static shaderc_compile_options_t g_opts;
-static int g_kernels, g_grid2d;
+static int g_kernels, g_grid2d, g_wide, g_validated;
+static bool g_no_val; /* compile only (no spirv-val): the 64-bit pass over the graphs of the 32-bit ones */
 
 /* ---- compile + validate -------------------------------------------------- */
 
@@ -58,15 +71,27 @@ static void print_numbered(const char *src) {
     }
 }
 
-/* Compiles src to SPIR-V and runs spirv-val on it; true if both succeed. */
-static bool compile_validate(const char *src, const char *label) {
+/* True if the SPIR-V module declares OpCapability Int64 (64-bit integers). */
+static bool spirv_int64(const uint32_t *w, size_t n) {
+    for (size_t i = 5; i + 1 < n; i += w[i] >> 16 ? w[i] >> 16 : 1)
+        if (w[i] == ((2u << 16) | 17u) && w[i + 1] == 11u) return true; /* OpCapability Int64 */
+    return false;
+}
+
+/* Compiles src to SPIR-V and runs spirv-val on it; true if both succeed and
+ * the module uses 64-bit integers exactly when int64 says so. */
+static bool compile_validate(const char *src, const char *label, bool int64) {
     shaderc_compilation_result_t r =
         shaderc_compile_into_spv(g_cc, src, strlen(src), shaderc_glsl_compute_shader, label, "main", g_opts);
     bool ok = shaderc_result_get_compilation_status(r) == shaderc_compilation_status_success;
     if (!ok) {
         fprintf(stderr, "---- %s: shaderc failed:\n%s\n", label, shaderc_result_get_error_message(r));
         print_numbered(src);
-    } else {
+    } else if (spirv_int64((const uint32_t *)(const void *)shaderc_result_get_bytes(r),
+                           shaderc_result_get_length(r) / 4) != int64) {
+        fprintf(stderr, "---- %s: the SPIR-V %s 64-bit integers\n", label, int64 ? "lacks" : "uses");
+        ok = false;
+    } else if (!g_no_val) {
         char path[] = "/tmp/mn_vk_codegen_XXXXXX";
         int fd = mkstemp(path);
         ok = fd >= 0;
@@ -78,6 +103,7 @@ static bool compile_validate(const char *src, const char *label) {
             char cmd[256];
             snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.1 %s", path);
             if (ok) ok = system(cmd) == 0;
+            g_validated += ok;
             if (!ok) fprintf(stderr, "---- %s: spirv-val failed (%s)\n", label, path);
             else unlink(path);
         }
@@ -97,7 +123,7 @@ static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *wh
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     char err[512] = "";
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
     CHECK_OK(st, err);
@@ -136,8 +162,9 @@ static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *wh
         char *src = vk_codegen_source(k);
         CHECK_MSG(src != NULL, "%s: no source", label);
         if (src) {
-            CHECK_MSG(compile_validate(src, label), "%s: does not compile / validate", label);
+            CHECK_MSG(compile_validate(src, label, k->idx64), "%s: does not compile / validate", label);
             g_kernels++;
+            g_wide += k->idx64;
             free(src);
         }
         free(k);
@@ -236,9 +263,10 @@ static void build_binary(mn_graph *g) {
 static void build_unary(mn_graph *g) {
     typedef mn_status (*un_fn)(mn_graph *, mn_tensor *, mn_tensor);
     static const un_fn fns[] = {mn_neg,  mn_exp,     mn_log,    mn_sqrt,      mn_rsqrt, mn_relu,
-                                mn_sigmoid, mn_tanh, mn_gelu,   mn_gelu_tanh, mn_silu,  mn_stop_gradient};
+                                mn_sigmoid, mn_tanh, mn_gelu,   mn_gelu_tanh, mn_silu,  mn_stop_gradient,
+                                mn_sin,  mn_cos};
     static const op_id bwd[] = {OP_EXP,  OP_LOG,  OP_SQRT,      OP_RSQRT, OP_RELU,
-                                OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU};
+                                OP_SIGMOID, OP_TANH, OP_GELU, OP_GELU_TANH, OP_SILU, OP_SIN, OP_COS};
     const struct {
         int r;
         int64_t s[4];
@@ -281,7 +309,7 @@ static void build_reduce(mn_graph *g) {
             }
         }
         add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}});
-        if (r >= 2) add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}, .ip = {1}});
+        add(g, (spec){.op = OP_SUMSQ, .nin = 1, .in = {x}, .ip = {4}}); /* blocks of 4, the last short */
     }
     /* the 2-D grid with one workgroup per output: 70000 long slices */
     mn_tensor x = in_f(g, 2, SH(70000, 33)), y;
@@ -500,7 +528,7 @@ static mn_status gen_one(vk_kernel *k, const mn_graph *g, int32_t id, const vk_c
         if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
     }
     memplan mp;
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, cap);
     if (st) return st;
     st = vk_codegen_node(k, g, id, &mp, caps, err, cap);
@@ -569,6 +597,116 @@ static bool same_function(const char *ta, const char *tb, const char *sig) {
     return ea && eb && ea - a == eb - b && memcmp(a, b, (size_t)(ea - a)) == 0;
 }
 
+/* ---- real scale: tensors above 2^31 and 2^32 elements --------------------- */
+
+/* Generates (no memory is allocated) and compiles every kernel of g on a plan
+ * with 2 GiB chunks; checks their 64-bit form and launches. */
+static void compile_big(const mn_graph *g, const vk_caps *caps, const char *what) {
+    int32_t *order = calloc((size_t)g->n, sizeof *order), norder = 0;
+    uint8_t *live = calloc((size_t)g->n, 1);
+    if (!order || !live) {
+        CHECK_MSG(false, "%s: out of memory", what);
+        free(order);
+        free(live);
+        return;
+    }
+    for (int32_t i = 0; i < g->n; i++) {
+        live[i] = 1;
+        if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
+    }
+    memplan mp;
+    memplan_options mo = {4, true, (uint64_t)1 << 31, NULL, NULL, 0};
+    char err[512] = "";
+    mn_status st = memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err);
+    CHECK_OK(st, err);
+    vk_kernel *k = malloc(sizeof *k);
+    int wide = 0, paged = 0;
+    for (int32_t t = 0; !st && t < norder; t++) {
+        const int32_t i = order[t];
+        const node *n = &g->nodes[i];
+        char label[96];
+        snprintf(label, sizeof label, "%s/%%%d_%s", what, i, op_table[n->op].name);
+        st = vk_codegen_node(k, g, i, &mp, caps, err, sizeof err);
+        CHECK_MSG(st == MN_OK, "%s: %s", label, err);
+        if (st || !k->tmpl) continue;
+        CHECK_MSG(k->idx64 && strstr(k->defines, "#define Y_N ") && strstr(strstr(k->defines, "#define Y_N "), "ul\n"),
+                  "%s: not a 64-bit index kernel", label);
+        wide += k->idx64;
+        paged += strstr(k->defines, "_PAGES") != NULL;
+        /* a 1-D launch covers every element; no group count past the device's */
+        const char *nt = strstr(k->defines, "#define NTHREADS ");
+        if (nt && strcmp(k->tmpl, "eltwise") == 0)
+            CHECK_MSG(strtoull(nt + 17, NULL, 10) >= (unsigned long long)node_numel(n), "%s: launch of %s", label, nt);
+        for (int d = 0; d < 3; d++) CHECK_MSG(k->groups[d] >= 1 && k->groups[d] <= caps->max_groups[d], "%s", label);
+        char *src = vk_codegen_source(k);
+        CHECK_MSG(src && compile_validate(src, label, true), "%s: does not compile / validate", label);
+        free(src);
+    }
+    printf("  %s: %d kernels, %d with 64-bit indices, %d with paged operands\n", what, norder, wide, paged);
+    CHECK(wide >= 4 && paged >= 4);
+    /* the same without shaderInt64: refused, naming the op, shape and reason */
+    vk_caps no64 = *caps;
+    no64.int64 = false;
+    for (int32_t t = 0; t < norder && !st; t++) {
+        err[0] = 0;
+        mn_status s2 = vk_codegen_node(k, g, order[t], &mp, &no64, err, sizeof err);
+        if (t == norder - 1 || s2) {
+            CHECK_MSG(s2 == MN_E_UNSUPPORTED && strstr(err, "shaderInt64") && strstr(err, "elements") &&
+                          strstr(err, op_table[g->nodes[order[t]].op].name) && strchr(err, '['),
+                      "%s without shaderInt64: %s", what, err);
+            if (s2) printf("  without shaderInt64: %s\n", err);
+            break;
+        }
+    }
+    free(k);
+    if (!st) memplan_free(&mp);
+    free(order);
+    free(live);
+}
+
+static void test_real_scale(void) {
+    /* an H200-like device: 2 GiB chunks, a large x grid, 64-bit integers */
+    const vk_caps h200 = {.subgroup_size = 32, .max_shared_bytes = 49152, .max_invocations = 1024,
+                          .max_groups = {2147483647, 65535, 65535}, .int64 = true, .nonuniform = true,
+                          .dynamic_index = true, .max_stage_buffers = 1u << 20};
+    const vk_caps narrow = {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 1024,
+                            .max_groups = {65535, 65535, 65535}, .int64 = true, .dynamic_index = true,
+                            .max_stage_buffers = 64};
+    mn_graph *g = NULL;
+    CHECK_OK(mn_graph_create(&g), "create");
+    g->raw_ids = true;
+    g_names = 0;
+    /* the logits of a Llama-3 head over 8 x 4096 tokens (4.2G elements; 8 x
+     * 2048 tokens make 2.1G, below 2^31, 32-bit kernels on paged operands),
+     * cross-entropy and its backward */
+    const int64_t R = 32768, K = 2048, V = 128256;
+    mn_tensor x = in_f(g, 2, SH(R, K)), w = par(g, 2, SH(K, V)), lab = in_i(g, 1, SH(R)), dl = in_f(g, 0, SH(1));
+    mn_tensor logits, loss, dx, dw;
+    CHECK_OK(mn_matmul(g, &logits, x, w), mn_graph_error(g));
+    CHECK_OK(mn_cross_entropy(g, &loss, logits, lab), mn_graph_error(g));
+    const mn_tensor rows = graph_handle(g, g->nodes[graph_id(loss)].in[2]);
+    mn_tensor dlog = add(g, (spec){.op = OP_CROSS_ENTROPY_BWD, .nin = 4, .in = {logits, lab, dl, rows}});
+    CHECK_OK(mn_matmul_ex(g, &dx, dlog, w, false, true), mn_graph_error(g));
+    CHECK_OK(mn_matmul_ex(g, &dw, x, dlog, true, false), mn_graph_error(g));
+    compile_big(g, &h200, "llama3 logits");
+    mn_graph_destroy(g);
+    /* elementwise ops and a sum over 2^32 + 3 elements, a softmax over 2^32 + 4096 */
+    CHECK_OK(mn_graph_create(&g), "create");
+    g->raw_ids = true;
+    g_names = 0;
+    const int64_t big = ((int64_t)1 << 32) + 3;
+    mn_tensor a = in_f(g, 1, SH(big)), b = in_f(g, 1, SH(big)), y, sm, m2;
+    CHECK_OK(mn_add(g, &y, a, b), mn_graph_error(g));
+    CHECK_OK(mn_silu(g, &y, y), mn_graph_error(g));
+    CHECK_OK(mn_sum(g, &sm, y, -1, false), mn_graph_error(g));
+    mn_tensor c = in_f(g, 2, SH(((int64_t)1 << 20) + 1, 4096)); /* 2^32 + 4096 elements */
+    CHECK_OK(mn_softmax(g, &m2, c), mn_graph_error(g));
+    CHECK_OK(mn_max(g, &m2, m2, 0, false), mn_graph_error(g));
+    compile_big(g, &h200, "2^32 + 3 elements (H200 limits)");
+    compile_big(g, &narrow, "2^32 + 3 elements (65535 groups per dimension)");
+    mn_graph_destroy(g);
+}
+
 static void test_shared_text(void) {
     /* exp and log live once, in mathlib.glsl, for every kernel */
     CHECK(vk_template("mathlib") && strstr(vk_template("mathlib"), "float mn_exp(float x)"));
@@ -592,6 +730,18 @@ int main(void) {
     g_grid2d = 0;
     run_all(&tiny, "tiny");
     CHECK_MSG(g_grid2d > 0, "tiny limits: no launch folded into a 2-D grid");
+    CHECK_MSG(g_wide == 0, "%d kernels of 64-bit indices at the default limits", g_wide);
+    /* every kernel with an operand above one element in its 64-bit form */
+    vk_caps wide = normal;
+    wide.index_max = 1;
+    wide.int64 = true;
+    const int before = g_kernels;
+    g_no_val = true; /* spirv-val checks the 64-bit forms in test_vk_paged and at real scale below */
+    run_all(&wide, "idx64");
+    g_no_val = false;
+    printf("index_max 1: %d of %d kernels with 64-bit indices\n", g_wide, g_kernels - before);
+    CHECK(g_wide > (g_kernels - before) * 3 / 4);
+    test_real_scale();
 
     int missing = 0;
     for (int op = 0; op < OP_COUNT; op++)
@@ -600,7 +750,7 @@ int main(void) {
             missing++;
         }
     CHECK(missing == 0);
-    printf("%d kernels compiled and validated\n", g_kernels);
+    printf("%d kernels compiled, %d of them validated by spirv-val\n", g_kernels, g_validated);
     shaderc_compile_options_release(g_opts);
     shaderc_compiler_release(g_cc);
     return th_finish("test_vk_codegen");

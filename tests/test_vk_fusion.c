@@ -7,8 +7,11 @@
  * producers and consumers), a conv + batch-norm + residual block (the
  * composite batch norm is mostly pointwise), an MLP whose matmuls take their
  * bias, relu and residual add as epilogues (also against
- * MEGANEURA_FUSION=pointwise), and a graph whose intermediate values are
- * outputs (never folded: the user reads them).
+ * MEGANEURA_FUSION=pointwise), a graph whose intermediate values are
+ * outputs (never folded: the user reads them), and sums and means of
+ * pointwise chains (the reductions compute them) with a broadcast of a
+ * scaled sum (the broadcast takes the scale), and inference batch norm +
+ * relu as the epilogue of a direct and of an implicit-GEMM convolution.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -433,6 +436,171 @@ static void test_outputs_not_folded(mn_device *dev) {
 
 /* A MEGANEURA_FUSION value it does not know is a clear session error, on
  * every backend (a typo must not silently measure the wrong thing). */
+/* ---- reductions of pointwise chains; broadcasts of them ---------------------- */
+
+enum { RA = 3, RB = 5, RC = 7, RD = 2, RN = RA * RB * RC * RD };
+
+typedef struct red_run {
+    float a[RA * RC * RD], b, s[RN], d[RA * RB * RD];
+    int kernels, folded;
+    char *dump;
+} red_run;
+
+/* a = sum over axis 1 of x * y + c (y, c broadcast), b = mean of exp(x) /
+ * 2 over everything, s = x + broadcast(2 * sum over axis 3 of tanh(x) - y),
+ * d = sum over axis 1 of 3 * x permuted to [RA, RC, RB, RD] (the permute
+ * read in the reduction's indexing). */
+static bool red_run_once(red_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    const int64_t xs[4] = {RA, RB, RC, RD}, ys[3] = {RB, 1, RD}, cs[2] = {RC, 1};
+    mn_tensor x, y, c, t, a, e, b, u, v, w, q, out, pm, d;
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 4, xs);
+    if (!st) st = mn_graph_input(g, &y, "y", MN_F32, 3, ys);
+    if (!st) st = mn_graph_input(g, &c, "c", MN_F32, 2, cs);
+    if (!st) st = mn_mul(g, &t, x, y);
+    if (!st) st = mn_add(g, &t, t, c);
+    if (!st) st = mn_sum(g, &a, t, 1, false);
+    if (!st) st = mn_exp(g, &e, x);
+    if (!st) st = mn_scale(g, &e, e, 0.5f);
+    if (!st) st = mn_mean(g, &b, e, MN_ALL_AXES, false);
+    if (!st) st = mn_tanh(g, &u, x);
+    if (!st) st = mn_sub(g, &u, u, y);
+    if (!st) st = mn_sum(g, &v, u, 3, true);
+    if (!st) st = mn_scale(g, &w, v, 2.0f);
+    if (!st) st = mn_broadcast_to(g, &q, w, 4, xs);
+    if (!st) st = mn_add(g, &out, x, q);
+    if (!st) st = mn_permute(g, &pm, x, (int[]){0, 2, 1, 3});
+    if (!st) st = mn_scale(g, &pm, pm, 3.0f);
+    if (!st) st = mn_sum(g, &d, pm, 1, false);
+    if (!st) st = mn_graph_output(g, d, "d");
+    if (!st) st = mn_graph_output(g, a, "a");
+    if (!st) st = mn_graph_output(g, b, "b");
+    if (!st) st = mn_graph_output(g, out, "s");
+    CHECK_OK(st, mn_graph_error(g));
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        float xv[RN], yv[RB * RD], cv[RC];
+        for (int i = 0; i < RN; i++) xv[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+        for (int i = 0; i < RB * RD; i++) yv[i] = (float)(i % 4) / 3.0f - 0.5f;
+        for (int i = 0; i < RC; i++) cv[i] = (float)i / RC;
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_set_input(s, "y", yv, sizeof yv) == MN_OK &&
+             mn_session_set_input(s, "c", cv, sizeof cv) == MN_OK && mn_session_run(s) == MN_OK &&
+             mn_session_output(s, "a", r->a, sizeof r->a) == MN_OK && mn_session_output(s, "b", &r->b, sizeof r->b) == MN_OK &&
+             mn_session_output(s, "s", r->s, sizeof r->s) == MN_OK &&
+             mn_session_output(s, "d", r->d, sizeof r->d) == MN_OK;
+        CHECK_MSG(ok, "reductions graph: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+        size_t len = 0;
+        FILE *f = open_memstream(&r->dump, &len);
+        if (f) {
+            mn_session_dump(s, "kernels", f);
+            fclose(f);
+        }
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+/* The reductions compute their input chains (kir KIR_REDUCE) and the
+ * broadcast its producer: 5 kernels (sum, mean, sum, add, sum), the bits
+ * of the unfused kernels, a CPU match. */
+static void test_reduce_prologues(mn_device *dev) {
+    static red_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(red_run_once(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(red_run_once(&fused, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(red_run_once(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(red_run, kernels)) == 0, "reductions differ fused/unfused");
+    CHECK(lu_rel_l2(fused.a, cpu.a, RA * RC * RD) <= 1e-6);
+    CHECK_NEAR(fused.b, cpu.b, 1e-6 * fabs(cpu.b));
+    CHECK(lu_rel_l2(fused.s, cpu.s, RN) <= 1e-6);
+    CHECK(lu_rel_l2(fused.d, cpu.d, RA * RB * RD) <= 1e-6);
+    CHECK_MSG(fused.kernels == 5 && plain.kernels == 15, "reductions: %d kernels fused, %d unfused", fused.kernels,
+              plain.kernels);
+    const char *d = fused.dump ? fused.dump : "";
+    CHECK_MSG(strstr(d, " mul ") && strstr(d, " add -> ") && strstr(d, " sum:") && strstr(d, " mean:") &&
+              strstr(d, " broadcast "), "kernels dump:\n%s", d);
+    printf("reductions: %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
+    free(cpu.dump);
+    free(fused.dump);
+    free(plain.dump);
+}
+
+/* ---- inference batch norm as a convolution's epilogue ------------------------ */
+
+enum { EN = 2, EC = 8, EH = 12, EO1 = 4, EO2 = 32 };
+
+typedef struct cepi_run {
+    float y1[EN * EO1 * EH * EH], y2[EN * EO2 * EH * EH];
+    int kernels, folded;
+} cepi_run;
+
+/* conv (no bias, as in ResNets) + batch norm (running statistics) + relu
+ * twice: 4 output channels (the direct kernel, conv2d.glsl) and 32 (an
+ * implicit GEMM, matmul.glsl); the eps scalars are literals, so each group
+ * binds x, w, mean, var, weight and bias: the six inputs. */
+static bool cepi_run_once(cepi_run *r, mn_backend_kind be, mn_device *dev) {
+    memset(r, 0, sizeof *r);
+    mn_graph *g = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    mn_tensor x, y[2];
+    mn_status st = mn_graph_input(g, &x, "x", MN_F32, 4, (int64_t[]){EN, EC, EH, EH});
+    for (int l = 0; l < 2 && !st; l++) {
+        const int64_t co = l ? EO2 : EO1;
+        char nm[5][16];
+        mn_tensor w, rm, rv, gw, gb, c;
+        for (int i = 0; i < 5; i++) snprintf(nm[i], sizeof nm[i], "l%d.%c", l, "wbmvg"[i]);
+        mn_init u = {MN_INIT_UNIFORM, -0.3f, 0.3f}, pos = {MN_INIT_UNIFORM, 0.5f, 2.0f};
+        st = mn_graph_param(g, &w, nm[0], 4, (int64_t[]){co, EC, 3, 3}, u);
+        if (!st) st = mn_graph_param(g, &rm, nm[2], 1, (int64_t[]){co}, u);
+        if (!st) st = mn_graph_param(g, &rv, nm[3], 1, (int64_t[]){co}, pos);
+        if (!st) st = mn_graph_param(g, &gw, nm[4], 1, (int64_t[]){co}, pos);
+        if (!st) st = mn_graph_param(g, &gb, l ? "l1.h" : "l0.h", 1, (int64_t[]){co}, u);
+        mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
+        if (!st) st = mn_conv2d(g, &c, x, w, MN_NONE, &p);
+        if (!st) st = mn_batch_norm2d(g, &c, c, gw, gb, rm, rv, 0.1f, 1e-5f, false);
+        if (!st) st = mn_relu(g, &y[l], c);
+        if (!st) st = mn_graph_output(g, y[l], l ? "y2" : "y1");
+    }
+    CHECK_OK(st, mn_graph_error(g));
+    if (!st && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        static float xv[EN * EC * EH * EH];
+        for (int i = 0; i < EN * EC * EH * EH; i++) xv[i] = (float)((i * 29) % 31) / 15.0f - 1.0f;
+        ok = mn_session_set_input(s, "x", xv, sizeof xv) == MN_OK && mn_session_run(s) == MN_OK &&
+             mn_session_output(s, "y1", r->y1, sizeof r->y1) == MN_OK &&
+             mn_session_output(s, "y2", r->y2, sizeof r->y2) == MN_OK;
+        CHECK_MSG(ok, "conv epilogues: %s", mn_session_error(s));
+        r->kernels = kernel_count(s, &r->folded);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+static void test_conv_epilogues(mn_device *dev) {
+    static cepi_run cpu, fused, plain;
+    set_fusion(true);
+    CHECK(cepi_run_once(&cpu, MN_BACKEND_CPU, NULL));
+    CHECK(cepi_run_once(&fused, MN_BACKEND_VULKAN, dev));
+    set_fusion(false);
+    CHECK(cepi_run_once(&plain, MN_BACKEND_VULKAN, dev));
+    set_fusion(true);
+    CHECK_MSG(memcmp(&fused, &plain, offsetof(cepi_run, kernels)) == 0, "conv epilogues differ fused/unfused");
+    CHECK(lu_rel_l2(fused.y1, cpu.y1, sizeof cpu.y1 / sizeof *cpu.y1) <= 1e-5);
+    CHECK(lu_rel_l2(fused.y2, cpu.y2, sizeof cpu.y2 / sizeof *cpu.y2) <= 1e-5);
+    CHECK_MSG(fused.kernels == 2 && plain.kernels == 16, "conv epilogues: %d kernels fused, %d unfused", fused.kernels,
+              plain.kernels);
+    printf("conv + batch norm + relu (inference): %d kernels fused, %d unfused\n", fused.kernels, plain.kernels);
+}
+
 static void test_bad_fusion_env(void) {
     mn_graph *g = NULL;
     if (mn_graph_create(&g) != MN_OK) return;
@@ -470,6 +638,8 @@ int main(void) {
         test_mlp_epilogues(dev);
         test_swiglu_epilogue(dev);
         test_outputs_not_folded(dev);
+        test_reduce_prologues(dev);
+        test_conv_epilogues(dev);
         mn_device_close(dev);
     }
     return th_finish("test_vk_fusion");

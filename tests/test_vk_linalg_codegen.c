@@ -87,7 +87,7 @@ static void check_graph(mn_graph *g, const char *label) {
     }
     memplan mp;
     char err[256] = "";
-    memplan_options mo = {4, false, 0, NULL};
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
     CHECK_OK(memplan_build(&mp, g, order, norder, live, &mo, err, sizeof err), err);
     for (int32_t oi = 0; oi < norder; oi++) {
         const int32_t id = order[oi];

@@ -6,10 +6,13 @@
  * - shapes whose kernels crossed the limit before, forward and gradients
  *   against the CPU: attention at SmolLM2's shapes (9 query heads on 3 kv
  *   heads, head dim 64, 128 and 512 causal tokens; dk and dv from the one
- *   fused kernel; the ctest test_vk_loop_limit_attention), attention
- *   over a 40000-row key
- *   sequence, the embedding table gradient over 70000 ids, a 16.8M-element
- *   sum per output;
+ *   fused kernel) and one decoding row over a 2048-row cache (the ctest
+ *   test_vk_loop_limit_attention); attention at other real sizes (a GQA
+ *   group of 4 with head dim 128 and a sliding window, cross attention, a
+ *   prefill into a cache) and the tile kernel's configurations of the
+ *   tuning knobs (test_vk_loop_limit_attention_shapes); attention over a
+ *   40000-row key sequence, the embedding table gradient over 70000 ids, a
+ *   16.8M-element sum per output;
  * - a kernel that cannot be brought under the limit is refused at session
  *   creation, with the op, its shape and the limit in the message (a tiny
  *   limit forces it at code generation; 600000 ids force the embedding
@@ -117,6 +120,36 @@ static mn_tensor smol_512(gc *c) {
 static mn_tensor smol_128(gc *c) {
     return attn_case(c, S(2, 9, 128, 64), S(2, 3, 128, 64), true, 0, 0, -1000, -1, 1, -1, 1);
 }
+/* more real shapes, forward and every gradient (the tile kernels at their
+ * sizes; the row kernel for the decoding steps): a GQA group of 4 with head
+ * dim 128 (Llama-3-8B's heads) and a sliding window, cross attention with a
+ * group of 3 and partial tiles, a 256-token prefill into a 2048-row cache,
+ * one decoding row over it, full and partly filled */
+static mn_tensor gqa4_d128_window(gc *c) {
+    return attn_case(c, S(1, 8, 256, 128), S(1, 2, 256, 128), true, 100, 0, -1000, -1, 1, -1, 1);
+}
+static mn_tensor cross_gqa3(gc *c) {
+    return attn_case(c, S(2, 3, 200, 64), S(2, 1, 333, 64), false, 0, 0, -1000, -1, 1, -1, 1);
+}
+static mn_tensor prefill_cache(gc *c) {
+    return attn_case(c, S(1, 9, 256, 64), S(1, 3, 2048, 64), true, 0, 0, 0, -1, 1, -1, 1);
+}
+static mn_tensor decode_2048(gc *c) {
+    return attn_case(c, S(1, 9, 1, 64), S(1, 3, 2048, 64), true, 0, 0, 2047, -1, 1, -1, 1);
+}
+static mn_tensor decode_partial(gc *c) {
+    return attn_case(c, S(1, 9, 1, 64), S(1, 3, 2048, 64), true, 0, 0, 1000, -1, 1, -1, 1);
+}
+/* a mid-sized shape for the tile configurations of the tuning knob: padded
+ * head dim, partial blocks and tiles, window, GQA 2 */
+static mn_tensor knob_shape(gc *c) {
+    return attn_case(c, S(1, 4, 70, 40), S(1, 2, 70, 40), true, 30, 0, -1000, -1, 1, -1, 1);
+}
+/* head dim 32: the H200's default configurations (for head dim 64, more
+ * shared memory than lavapipe has) fit here */
+static mn_tensor knob_d32(gc *c) {
+    return attn_case(c, S(1, 6, 150, 32), S(1, 2, 150, 32), true, 0, 0, -1000, -1, 1, -1, 1);
+}
 /* a few query rows over 40000 keys (a long cache): the key loop */
 static mn_tensor long_keys(gc *c) {
     return attn_case(c, S(1, 2, 4, 64), S(1, 1, 40000, 64), true, 0, 0, -1000, -1, 1, -1, 1);
@@ -172,8 +205,9 @@ static void long_reduction(void) {
 
 static bool has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
-/* Under a tiny limit (100) the attention kernels cannot fit: code generation
- * refuses each with the op, the output shape and the limit. */
+/* Under a tiny limit (16: the tile kernels count about one iteration per
+ * tile, the row kernel more) the attention kernels cannot fit: code
+ * generation refuses each with the op, the output shape and the limit. */
 static void refuse_at_codegen(void) {
     gcase k = {OP_ATTENTION, "refuse", smol_512, 0};
     gc c;
@@ -181,18 +215,18 @@ static void refuse_at_codegen(void) {
     CHECK_OK(build_case(&k, &c, &y), mn_graph_error(c.g));
     mn_session *s = open_session(c.g, false, true, NULL); /* the CPU: for its graph and plan */
     vk_caps caps = {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 256,
-                    .max_groups = {65535, 65535, 65535}, .loop_limit = 100};
+                    .max_groups = {65535, 65535, 65535}, .loop_limit = 16};
     int refused = 0, fit = 0;
     for (int32_t i = 0; s && i < s->g->n; i++) {
         const node *n = &s->g->nodes[i];
         if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD_Q && n->op != OP_ATTENTION_BWD_KV) continue;
         vk_kernel *kk = malloc(sizeof *kk);
         char err[512] = "";
-        caps.loop_limit = 100;
+        caps.loop_limit = 16;
         mn_status st = vk_codegen_node(kk, s->g, i, &s->plan, &caps, err, sizeof err);
         CHECK_MSG(st == MN_E_UNSUPPORTED && has(err, op_table[n->op].name) && has(err, ",512,64]") &&
-                      has(err, "loop limit of 100 "),
-                  "%s under a 100-iteration limit: %s", op_table[n->op].name, err);
+                      has(err, "loop limit of 16 "),
+                  "%s under a 16-iteration limit: %s", op_table[n->op].name, err);
         refused += st == MN_E_UNSUPPORTED;
         caps.loop_limit = 65535;
         st = vk_codegen_node(kk, s->g, i, &s->plan, &caps, err, sizeof err);
@@ -201,7 +235,7 @@ static void refuse_at_codegen(void) {
         free(kk);
     }
     CHECK_MSG(refused >= 3 && fit == refused, "%d attention kernels refused, %d fit", refused, fit);
-    printf("  a 100-iteration limit: %d attention kernels refused with the op, shape and limit named\n", refused);
+    printf("  a 16-iteration limit: %d attention kernels refused with the op, shape and limit named\n", refused);
     mn_session_destroy(s);
     mn_graph_destroy(c.g);
 }
@@ -234,19 +268,60 @@ static void refuse_at_session(const vk_caps *caps) {
     mn_graph_destroy(g);
 }
 
-/* No argument: everything but SmolLM2's attention; "attention": that alone
- * (the ctest test_vk_loop_limit_attention; each half about 30 s on lavapipe
- * with cold kernel caches). */
+/* The tile kernel under other configurations (the tuning knobs of
+ * vk_gen_transformer.c): 1 to 4 rows per invocation, 2 to 8 invocations per
+ * row, tiles of 8 to 16 items, the head dim padded or not, plain loops and
+ * runs of 3 (a remainder run) and 4, with and without the prefetch of the
+ * next tile (the GPUs' default); the H200's configurations and run for
+ * head dim 64 at head dim 32 (lavapipe's default run is 1). (The row kernel: test_ops_transformer's small shapes and
+ * the decoding steps of test_vk_loop_limit_attention.) */
+static void tile_configs(void) {
+    static const struct {
+        const char *attn, *tile, *run, *prefetch;
+    } v[] = {
+        {"tiles", "fwd=16x8x2x4,lse=8x8x1x2,dq=32x8x4x4,dkv=16x8x1x2", "3", "1"},
+        {"tiles", "fwd=32x16x4x8,lse=32x16x4x8,dq=8x8x1x4,dkv=8x8x1x4", "1", NULL},
+        {"tiles", "fwd=64x32x4x8,lse=64x32x4x8,dq=32x32x2x8,dkv=32x32x2x8", "4", "1"},
+    };
+    for (size_t i = 0; i < MN_ARRAY_LEN(v); i++) {
+        char name[160];
+        snprintf(name, sizeof name, "attention %s %s run %s%s", v[i].attn, v[i].tile ? v[i].tile : "(default)",
+                 v[i].run ? v[i].run : "(default)", v[i].prefetch ? " prefetch" : "");
+        setenv("MEGANEURA_ATTN", v[i].attn, 1);
+        if (v[i].tile) setenv("MEGANEURA_ATTN_TILE", v[i].tile, 1);
+        if (v[i].run) setenv("MEGANEURA_ATTN_RUN", v[i].run, 1);
+        if (v[i].prefetch) setenv("MEGANEURA_ATTN_PREFETCH", v[i].prefetch, 1);
+        compare(name, i + 1 < MN_ARRAY_LEN(v) ? knob_shape : knob_d32, 1e-10);
+        unsetenv("MEGANEURA_ATTN");
+        unsetenv("MEGANEURA_ATTN_TILE");
+        unsetenv("MEGANEURA_ATTN_RUN");
+        unsetenv("MEGANEURA_ATTN_PREFETCH");
+    }
+}
+
+/* No argument: everything but the attention at real sizes; "attention":
+ * SmolLM2's attention and decoding over a 2048-row cache (the ctest
+ * test_vk_loop_limit_attention); "attention_shapes": the other real shapes
+ * and the tile configurations (test_vk_loop_limit_attention_shapes). Each
+ * part takes about 30-45 s on lavapipe with cold kernel caches. */
 int main(int argc, char **argv) {
     const bool attention = argc > 1 && strcmp(argv[1], "attention") == 0;
+    const bool shapes = argc > 1 && strcmp(argv[1], "attention_shapes") == 0;
     vk_caps none = {0}, lim = {.loop_limit = 100};
     CHECK(vk_loops_fit(&none, UINT64_MAX));
     CHECK(vk_loops_fit(&lim, 100) && !vk_loops_fit(&lim, 101));
-    if (!attention) refuse_at_codegen();
+    if (!attention && !shapes) refuse_at_codegen();
     g_dev = th_require_vulkan();
     if (g_dev && attention) {
         compare("attention 9/3 heads T512 D64 causal", smol_512, 1e-10);
         compare("attention 9/3 heads T128 D64 causal B2", smol_128, 1e-10);
+        compare("attention decode pos 2047, cache 2048", decode_2048, 1e-10);
+        compare("attention decode pos 1000, cache 2048", decode_partial, 1e-10);
+    } else if (g_dev && shapes) {
+        compare("attention 8/2 heads T256 D128 window 100", gqa4_d128_window, 1e-10);
+        compare("attention 3/1 heads cross 200x333 B2", cross_gqa3, 1e-10);
+        compare("attention prefill 256 into cache 2048", prefill_cache, 1e-10);
+        tile_configs();
     } else if (g_dev) {
         vk_ctx ctx;
         char err[256];

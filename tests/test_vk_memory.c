@@ -16,6 +16,19 @@
  *     needed and how much the device has.
  *  4. A malformed MEGANEURA_VK_MAX_ALLOCATION is refused when the device
  *     opens.
+ *  5. Out of device memory, made small by the test hooks (vk_memory.c):
+ *     with MEGANEURA_FAULT_DEVICE_MEMORY=100000 a model of 640 KB fails at
+ *     session creation with MN_E_NOMEM saying how much it needs (at least
+ *     the plan's peak) and what the device has (100000 bytes, the hook
+ *     named); with MEGANEURA_FAULT_ALLOC=2 the second chunk allocation
+ *     fails as if another program had taken the memory: MN_E_NOMEM naming
+ *     the chunk, the arena, the total and what the heap had; malformed hook
+ *     values are refused; afterwards the same device builds and runs the
+ *     model (nothing leaked: the validation layer checks at device end).
+ *  6. The memory report: two parameters of 160000 bytes on 256 KiB chunks
+ *     leave 102144 bytes of padding in the parameter arena; the
+ *     memplan dump says so line by line, mn_session_memory's peak is the sum
+ *     of the arenas and its sum the tensors' aligned sizes.
  * With the argument "smollm" (a ctest of its own, label slow): one layer of
  * SmolLM2-135M's shapes (optimizer state 254 MB, above lavapipe's 128 MiB
  * binding) trains 3 steps with the default limits: the first loss matches
@@ -226,6 +239,111 @@ static void out_of_memory(mn_device *dev) {
     mn_graph_destroy(g);
 }
 
+/* p0, p1 [40000] (constant 1 and 2), y = p0 + p1 an output: three tensors of
+ * 160000 bytes. */
+static mn_graph *two_params(void) {
+    mn_graph *g = NULL;
+    mn_tensor p0, p1, y;
+    mn_status st = mn_graph_create(&g);
+    if (!st) st = mn_graph_param(g, &p0, "p0", 1, (int64_t[]){40000}, (mn_init){MN_INIT_CONSTANT, 1, 0});
+    if (!st) st = mn_graph_param(g, &p1, "p1", 1, (int64_t[]){40000}, (mn_init){MN_INIT_CONSTANT, 2, 0});
+    if (!st) st = mn_add(g, &y, p0, p1);
+    if (!st) st = mn_graph_output(g, y, "y");
+    CHECK_OK(st, mn_graph_error(g));
+    return g;
+}
+
+static mn_status create_on(mn_session **s, const mn_graph *g, mn_device *dev) {
+    mn_session_options o = mn_session_default_options();
+    o.backend = MN_BACKEND_VULKAN;
+    o.device = dev;
+    o.mode = MN_MODE_INFERENCE;
+    *s = NULL;
+    return mn_session_create(s, g, &o);
+}
+
+static bool y_right(mn_session *s) {
+    static float y[40000];
+    if (mn_session_run(s) || mn_session_output(s, "y", y, sizeof y)) return false;
+    for (int i = 0; i < 40000; i++)
+        if (y[i] != 3.0f) return false;
+    return true;
+}
+
+static void out_of_memory_hooks(mn_device *dev) {
+    mn_graph *g = two_params();
+    mn_session *s = NULL;
+    /* a device of 100000 bytes */
+    setenv("MEGANEURA_FAULT_DEVICE_MEMORY", "100000", 1);
+    mn_status st = create_on(&s, g, dev);
+    unsetenv("MEGANEURA_FAULT_DEVICE_MEMORY");
+    const char *msg = mn_session_error(s);
+    printf("  device of 100000 bytes: %s\n", msg);
+    unsigned long long need = 0;
+    const char *at = strstr(msg, "needs ");
+    if (at) need = strtoull(at + 6, NULL, 10);
+    CHECK(st == MN_E_NOMEM);
+    CHECK_MSG(need >= 3 * 160000 && strstr(msg, "more than") && strstr(msg, "100000 bytes") &&
+                  strstr(msg, "MEGANEURA_FAULT_DEVICE_MEMORY"),
+              "message lacks what was needed and what the device has: %s", msg);
+    CHECK(mn_session_step(s) == MN_E_STATE && mn_session_run(s) == MN_E_STATE); /* dead, no crash */
+    mn_session_destroy(s);
+    /* the heap check passes, the second allocation fails */
+    setenv("MEGANEURA_FAULT_ALLOC", "2", 1);
+    st = create_on(&s, g, dev);
+    unsetenv("MEGANEURA_FAULT_ALLOC");
+    msg = mn_session_error(s);
+    printf("  second allocation fails: %s\n", msg);
+    CHECK(st == MN_E_NOMEM);
+    CHECK_MSG(strstr(msg, "out of device memory for chunk") && strstr(msg, "arena") && strstr(msg, "in all") &&
+                  strstr(msg, "memory heap") && strstr(msg, "other programs took memory"),
+              "message: %s", msg);
+    mn_session_destroy(s);
+    /* malformed hook values */
+    static const char *hooks[] = {"MEGANEURA_FAULT_DEVICE_MEMORY", "MEGANEURA_FAULT_ALLOC"};
+    for (int h = 0; h < 2; h++) {
+        setenv(hooks[h], "12x", 1);
+        st = create_on(&s, g, dev);
+        unsetenv(hooks[h]);
+        CHECK_MSG(st == MN_E_INVALID && strstr(mn_session_error(s), hooks[h]), "%s=12x: %s", hooks[h],
+                  mn_session_error(s));
+        mn_session_destroy(s);
+    }
+    /* the device is fine afterwards */
+    st = create_on(&s, g, dev);
+    CHECK_OK(st, mn_session_error(s));
+    CHECK_MSG(!st && y_right(s), "the model after the failures: %s", mn_session_error(s));
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
+static void memory_report(mn_device *small) {
+    mn_graph *g = two_params();
+    mn_session *s = NULL;
+    CHECK_OK(create_on(&s, g, small), mn_session_error(s));
+    if (s) {
+        CHECK(y_right(s));
+        size_t peak = 0, sum = 0, ar[MN_MEMORY_ARENAS];
+        CHECK_OK(mn_session_memory(s, &peak, &sum), "memory");
+        CHECK_OK(mn_session_memory_arenas(s, ar), "arenas");
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        CHECK_OK(mn_session_dump(s, "memplan", f), "dump");
+        fclose(f);
+        /* p0 at 0, p1 at the next 256 KiB chunk (it would straddle one) */
+        const bool param = text && strstr(text, "arena param 422144 bytes (tensors 320000, padding 102144)");
+        const bool io = text && strstr(text, "arena io    160000 bytes (tensors 160000, padding 0)");
+        printf("  memory report: peak %zu bytes (param %zu, io %zu), sum %zu; %s", peak, ar[MP_ARENA_PARAM],
+               ar[MP_ARENA_IO], sum, text ? text : "(no dump)\n");
+        CHECK_MSG(param && io, "the memplan dump does not show the padding");
+        CHECK(peak == ar[0] + ar[1] + ar[2] + ar[3] && peak == 422144 + 160000 && sum == 3 * 160000);
+        free(text);
+    }
+    mn_session_destroy(s);
+    mn_graph_destroy(g);
+}
+
 static int smollm(void) {
     mn_device *dev = lu_vulkan();
     if (!dev) {
@@ -310,7 +428,9 @@ int main(int argc, char **argv) {
     }
 
     paged(small);
+    memory_report(small);
     out_of_memory(big);
+    out_of_memory_hooks(big);
     mn_device_close(small);
     mn_device_close(big);
     return th_finish("test_vk_memory");

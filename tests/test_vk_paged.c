@@ -28,7 +28,10 @@
  *     the page-loop form) and for one that does not, compiles to SPIR-V that
  *     passes spirv-val (Vulkan 1.2); kernels of the unpaged plan define no
  *     page macros. With vk_caps.index_max lowered below the activations'
- *     element count, their kernels are refused with a message.
+ *     element count their kernels take the 64-bit index form (MN_IDX64),
+ *     which compiles and passes spirv-val in both access forms; on a device
+ *     without shaderInt64 they are refused with a message naming the op,
+ *     the tensor's shape and the missing feature.
  *
  * Skips (exit 77) without a Vulkan device.
  */
@@ -271,30 +274,36 @@ static void compile_modes(mn_device *dev, bool paged) {
     mn_graph *g = model();
     mn_session *s = g ? lu_session(g, MN_BACKEND_VULKAN, dev, MN_MODE_TRAINING, NULL) : NULL;
     vk_kernel *k = malloc(sizeof *k);
-    int kernels[2] = {0, 0}, with_pages[2] = {0, 0};
-    for (int mode = 0; s && k && mode < 2; mode++) {
+    int kernels[4] = {0, 0, 0, 0}, with_pages[4] = {0, 0, 0, 0}, wide[4] = {0, 0, 0, 0};
+    /* mode & 1: the page-loop form (else nonuniformEXT); mode & 2: index_max
+     * below the activations' count (64-bit index kernels) */
+    for (int mode = 0; s && k && mode < 4; mode++) {
         vk_caps caps = ((const vk_ctx *)dev->impl)->caps;
-        caps.nonuniform = mode == 0;
-        caps.dynamic_index = mode == 1;
+        caps.nonuniform = (mode & 1) == 0;
+        caps.dynamic_index = (mode & 1) == 1;
         caps.max_stage_buffers = 32;
+        if (mode & 2) caps.index_max = (int64_t)T * H - 1, caps.int64 = true;
         for (int32_t i = 0; i < s->sched.n; i++) {
             int32_t id = s->sched.order[i];
             char err[512] = "", label[64];
-            snprintf(label, sizeof label, "%s_%d_%s", op_table[s->g->nodes[id].op].name, id,
-                     mode ? "loop" : "nonuniform");
+            snprintf(label, sizeof label, "%s_%d_%s%s", op_table[s->g->nodes[id].op].name, id,
+                     mode & 1 ? "loop" : "nonuniform", mode & 2 ? "_idx64" : "");
             mn_status st = vk_codegen_node(k, s->g, id, &s->plan, &caps, err, sizeof err);
             CHECK_OK(st, err);
             char *src = st || !k->tmpl ? NULL : vk_codegen_source(k);
             if (!src) continue;
             bool pg = strstr(k->defines, "_PAGES") != NULL;
             with_pages[mode] += pg;
-            CHECK_MSG(pg == (strstr(k->defines, "MN_NONUNIFORM") != NULL) || mode == 1, "%s: MN_NONUNIFORM", label);
+            wide[mode] += k->idx64;
+            CHECK_MSG(k->idx64 == (strstr(src, "uint64_t") != NULL && strstr(k->defines, "MN_IDX64") != NULL),
+                      "%s: MN_IDX64", label);
+            CHECK_MSG(pg == (strstr(k->defines, "MN_NONUNIFORM") != NULL) || (mode & 1), "%s: MN_NONUNIFORM", label);
             uint32_t *words = NULL;
             size_t n = 0;
             bool cached = false;
             st = vk_compile(&words, &n, src, label, &cached, err, sizeof err);
             CHECK_OK(st, err);
-            if (!st && pg) CHECK_MSG(spirv_valid(words, n, label), "%s: spirv-val", label);
+            if (!st && (pg || k->idx64)) CHECK_MSG(spirv_valid(words, n, label), "%s: spirv-val", label);
             kernels[mode]++;
             free(words);
             free(src);
@@ -303,19 +312,30 @@ static void compile_modes(mn_device *dev, bool paged) {
     if (s && k && paged) { /* the element limit of 32-bit indexing is one number (vk_caps.index_max) */
         vk_caps caps = ((const vk_ctx *)dev->impl)->caps;
         caps.index_max = (int64_t)T * H - 1; /* below the activations' count */
-        int refused = 0;
+        caps.int64 = false;                  /* a device without shaderInt64 */
+        int refused = 0, activations = 0;
+        char first[512] = "";
         for (int32_t i = 0; i < s->sched.n; i++) {
             char err[512] = "";
             if (vk_codegen_node(k, s->g, s->sched.order[i], &s->plan, &caps, err, sizeof err) == MN_E_UNSUPPORTED &&
-                strstr(err, "32-bit indexing") && strstr(err, "47999"))
+                strstr(err, "shaderInt64") && strstr(err, "more than the 47999 of 32-bit indexing")) {
                 refused++;
+                /* the message names the op, the largest operand's shape and count */
+                if (strstr(err, "[48,1000] has 48000 elements") && !activations++)
+                    snprintf(first, sizeof first, "%s", err);
+            }
         }
-        printf("  index_max %lld: %d kernels refused with a message\n", (long long)caps.index_max, refused);
-        CHECK(refused >= 4);
+        printf("  index_max %lld without shaderInt64: %d kernels refused, e.g. %s\n", (long long)caps.index_max,
+               refused, first);
+        CHECK(refused == wide[2] && activations >= 4);
     }
-    printf("  %s plan: %d kernels, %d with paged operands (nonuniformEXT form); %d, %d (page-loop form)\n",
-           paged ? "paged" : "unpaged", kernels[0], with_pages[0], kernels[1], with_pages[1]);
+    printf("  %s plan: %d kernels, %d with paged operands (nonuniformEXT form); %d, %d (page-loop form); "
+           "64-bit index forms: %d, %d with index_max %d\n",
+           paged ? "paged" : "unpaged", kernels[0], with_pages[0], kernels[1], with_pages[1], wide[2], wide[3],
+           T * H - 1);
     CHECK(s && kernels[0] > 10 && kernels[0] == kernels[1] && with_pages[0] == with_pages[1]);
+    CHECK(kernels[2] == kernels[0] && kernels[3] == kernels[0] && wide[0] == 0 && wide[1] == 0);
+    CHECK(wide[2] >= 4 && wide[2] == wide[3] && with_pages[2] == with_pages[0]);
     CHECK(paged ? with_pages[0] >= 8 : with_pages[0] == 0);
     free(k);
     mn_session_destroy(s);

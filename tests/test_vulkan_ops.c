@@ -15,12 +15,18 @@
  * test_vk_paged), so the table runs the templates on paged operands; a
  * case whose kernels would need more descriptors than the device allows one
  * kernel is counted, not failed (test_vk_paged checks that error).
+ *
+ * With MEGANEURA_VK_INDEX_MAX=1 (the ctest test_vulkan_ops_idx64, together
+ * with MEGANEURA_VK_MAX_ALLOCATION=256) every kernel with an operand of more
+ * than one element is generated with 64-bit indices (MN_IDX64), paged
+ * operands included; the test counts the sessions that have such kernels.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "backend/vulkan/vk_util.h"
 #include "session/session.h"
 
 #include "op_cases.h"
@@ -30,6 +36,23 @@ static mn_device *g_dev; /* one Vulkan device shared by every session here */
 static bool g_paged_run;  /* MEGANEURA_VK_MAX_ALLOCATION set: tensors paged */
 static int g_paged_sessions, g_desc_skips;
 static bool g_last_paged; /* the last Vulkan session opened has paged tensors */
+static bool g_idx64_run;  /* MEGANEURA_VK_INDEX_MAX set: 64-bit index kernels */
+static int g_idx64_sessions, g_idx64_kernels;
+static bool g_last_idx64; /* the last Vulkan session has 64-bit index kernels */
+
+/* Kernels of session s that its device generates with 64-bit indices. */
+static int idx64_kernels(mn_session *s) {
+    const vk_caps *caps = &((const vk_ctx *)g_dev->impl)->caps;
+    vk_kernel *k = malloc(sizeof *k);
+    int n = 0;
+    for (int32_t i = 0; k && i < s->sched.n; i++) {
+        char err[512];
+        if (!vk_codegen_node(k, s->g, s->sched.order[i], &s->plan, caps, err, sizeof err) && k->tmpl && k->idx64)
+            n++;
+    }
+    free(k);
+    return n;
+}
 static void on_log(mn_log_level level, const char *msg, void *user) {
     if (level <= MN_LOG_WARN) {
         g_validation_msgs++;
@@ -43,7 +66,7 @@ static double tolerance(op_id op) {
     switch (op) {
     case OP_MATMUL: /* long K, summed in another order (split-K on the GPU) */
     case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_SIGMOID: case OP_TANH:
-    case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+    case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_SIN: case OP_COS:
     case OP_CROSS_ENTROPY: case OP_CROSS_ENTROPY_DENSE:
     case OP_POW: /* mn_pow: exp(p log|x|), about |p log x| 2^-24 relative */
     /* rope: f32 sin/cos and rotation against the CPU's double (~1e-7
@@ -92,6 +115,10 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, const gc 
         g_last_paged = false;
         for (int32_t i = 0; i < s->g->n && !g_last_paged; i++) g_last_paged = memplan_pages(&s->plan, i) > 0;
         g_paged_sessions += g_last_paged;
+        const int n64 = idx64_kernels(s);
+        g_last_idx64 = n64 > 0;
+        g_idx64_sessions += g_last_idx64;
+        g_idx64_kernels += n64;
     }
     if (c->labels_in != MN_NONE)
         CHECK_OK(session_write_node(s, c->labels_in, c->labels, (size_t)c->nlabels * 4), mn_session_error(s));
@@ -136,8 +163,8 @@ static void run_case(const gcase *k) {
         if (e > bwd || isnan(e)) bwd = e;
     }
     bool ok = fwd <= tol && bwd <= tol;
-    printf("  %-26s %-20s fwd %9.2e  bwd %9.2e  tol %7.0e  %s%s\n", k->name, op_table[k->op].name, fwd, bwd, tol,
-           ok ? "ok" : "FAIL", g_paged_run && g_last_paged ? " (paged)" : "");
+    printf("  %-26s %-20s fwd %9.2e  bwd %9.2e  tol %7.0e  %s%s%s\n", k->name, op_table[k->op].name, fwd, bwd, tol,
+           ok ? "ok" : "FAIL", g_paged_run && g_last_paged ? " (paged)" : "", g_last_idx64 ? " (64-bit)" : "");
     CHECK_MSG(ok, "%s: Vulkan differs from CPU: fwd NMSE %.3g, bwd NMSE %.3g > %.3g", k->name, fwd, bwd, tol);
     mn_session_destroy(sv);
     mn_session_destroy(sc);
@@ -203,6 +230,8 @@ int main(void) {
     mn_set_log(on_log, NULL);
     const char *lim = getenv("MEGANEURA_VK_MAX_ALLOCATION");
     g_paged_run = lim && *lim;
+    const char *imax = getenv("MEGANEURA_VK_INDEX_MAX");
+    g_idx64_run = imax && *imax;
     g_dev = th_require_vulkan();
     if (!g_dev) return th_finish("test_vulkan_ops");
     { /* a device of another backend is refused with a message */
@@ -237,9 +266,20 @@ int main(void) {
     if (g_paged_run) {
         printf("  MEGANEURA_VK_MAX_ALLOCATION=%s: %d Vulkan sessions with paged tensors, %d cases over the "
                "descriptor limit\n", lim, g_paged_sessions, g_desc_skips);
-        /* 64-byte pages: the larger cases need more descriptors than lavapipe has */
-        CHECK_MSG(g_paged_sessions >= 60 && g_desc_skips <= 10, "%d paged sessions, %d skipped", g_paged_sessions,
+        /* 64-byte chunks page every tensor above 16 elements; 256-byte ones
+         * (with the 64-bit run) those above 64; the larger cases need more
+         * descriptors than lavapipe has */
+        const int want = strcmp(lim, "64") == 0 ? 60 : 20;
+        CHECK_MSG(g_paged_sessions >= want && g_desc_skips <= 10, "%d paged sessions, %d skipped", g_paged_sessions,
                   g_desc_skips);
+    }
+    if (g_idx64_run) {
+        printf("  MEGANEURA_VK_INDEX_MAX=%s: %d Vulkan sessions with 64-bit index kernels (%d kernels)\n", imax,
+               g_idx64_sessions, g_idx64_kernels);
+        CHECK_MSG(g_idx64_sessions >= 100, "only %d sessions had 64-bit index kernels", g_idx64_sessions);
+    } else {
+        CHECK_MSG(g_idx64_sessions == 0, "%d sessions have 64-bit index kernels at the default limit",
+                  g_idx64_sessions);
     }
     return th_finish("test_vulkan_ops");
 }

@@ -33,6 +33,8 @@ typedef struct program {
      * later in order, computes it). NULL: every node is its own kernel.
      * Only for backends with fuse_pointwise. */
     const int32_t *kernel_root;
+    /* kernel_kind[r]: the kir_kind of the kernel rooted at r (kir.h), or NULL */
+    const uint8_t *kernel_kind;
 } program;
 
 typedef struct backend_vtable {
@@ -56,7 +58,32 @@ typedef struct backend_vtable {
      * device_open), known before the memory plan is built: the session plans
      * in chunks of this size (memplan_options.chunk_bytes). NULL: no limit. */
     uint64_t (*max_binding)(void *dev);
+    /* Optional (Vulkan, include/meganeura_vulkan.h): a device over a host's
+     * handles (desc: const mn_vulkan_device_desc *), closed by device_close;
+     * storage root `node` bound to a host buffer (const mn_vulkan_buffer *);
+     * execute with the host's semaphores (const mn_vulkan_submit *, NULL: as
+     * execute). */
+    mn_status (*device_wrap)(void **dev, const void *desc, char *err, size_t cap);
+    mn_status (*bind_external)(void *b, int32_t node, const void *buf, char *err, size_t cap);
+    mn_status (*execute_sync)(void *b, const int32_t *nodes, int32_t n, const void *sub, char *err, size_t cap);
 } backend_vtable;
+
+/* Device choice (device_pick.c). type_rank: 0 discrete GPU, 1 integrated,
+ * 2 virtual, 3 CPU, 4 other. want (MEGANEURA_DEVICE): an index, or a name
+ * substring (case-insensitive; the first match). Else the best kind present
+ * and, with local_rank >= 0 (a process started by an MPI launcher), the
+ * (local_rank mod count)-th device of that kind, so the ranks on one host
+ * take different GPUs. Returns the index, or -1 with a message in err. */
+typedef struct backend_device_desc {
+    const char *name;
+    int type_rank;
+} backend_device_desc;
+int backend_pick_device(const backend_device_desc *d, int n, const char *want, int local_rank, char *err,
+                        size_t cap);
+/* The process's rank among those on its host as the launcher tells it:
+ * MEGANEURA_LOCAL_RANK, else OMPI_COMM_WORLD_LOCAL_RANK (Open MPI's mpirun);
+ * -1 when neither is set. */
+int backend_local_rank(void);
 
 /* The vtable of a backend kind, or NULL if this build lacks it. */
 const backend_vtable *backend_for(mn_backend_kind kind);

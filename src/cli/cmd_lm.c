@@ -8,8 +8,12 @@
  * decode branch; text streamed to stdout as it is decoded, timings to
  * stderr. train lm: the text tokenized, packed into windows of seq+1
  * tokens, the last 5% of windows held out for the evaluation loss, AdamW
- * with warm-up + cosine and gradient clipping, checkpoints (resumable) and
- * an export to a Hugging Face folder.
+ * with warm-up + cosine and gradient clipping, checkpoints (resumable), an
+ * export to a Hugging Face folder, and with --log / --plot a JSON-lines log
+ * and an SVG chart of the curves (metrics.c). Under mpirun each rank trains
+ * on its shard of every global batch (--batch per rank), rank 0 alone
+ * writes, and checkpoints keep the data position (data_cursor) for --resume
+ * on any number of ranks (dist.h).
  *
  * Does not: chat templates, batched generation, data sets larger than
  * memory.
@@ -26,7 +30,9 @@
 
 #include "cli/cmd_lm.h"
 #include "cli/args.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
+#include "cli/metrics.h"
 #include "cli/progress.h"
 #include "io/text.h"
 #include "meganeura_models.h"
@@ -72,12 +78,13 @@ static int check_model_dir(const char *dir, bool need_tokenizer, bool need_weigh
 }
 
 static mn_session *new_session(const mn_graph *g, mn_backend_kind be, mn_mode mode, const mn_optimizer *opt,
-                               uint64_t seed) {
+                               uint64_t seed, const mn_dist *dist) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
     o.mode = mode;
     o.seed = seed;
     if (opt) o.optim = *opt;
+    o.dist = dist;
     mn_session *s = NULL;
     if (mn_session_create(&s, g, &o) != MN_OK) {
         fail("cannot create the %s session: %s", be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", mn_session_error(s));
@@ -260,7 +267,7 @@ int cmd_generate(int argc, char **argv) {
         fail("%s", mn_llama_error(m));
         goto done;
     }
-    if (!(s = new_session(g, be, MN_MODE_INFERENCE, NULL, 0))) goto done;
+    if (!(s = new_session(g, be, MN_MODE_INFERENCE, NULL, 0, NULL))) goto done;
     if (mn_hf_checkpoint_open(&ck, dir, err, sizeof err) != MN_OK) {
         fail("%s", err);
         goto done;
@@ -320,7 +327,8 @@ static void help_train_lm(FILE *f) {
             "  --data FILE           the training text (required)\n"
             "  --tokenizer FILE      tokenizer.json (default DIR/tokenizer.json)\n"
             "  --seq N               tokens per sequence (default 128)\n"
-            "  --batch N             sequences per step (default 8)\n"
+            "  --batch N             sequences per step (default 8); under mpirun per rank:\n"
+            "                        N ranks train on global batches of N x batch sequences\n"
             "  --steps N | --epochs N  length of training (default: 1 epoch)\n"
             "  --lr X                peak learning rate (default 1e-3)\n"
             "  --weight-decay X      AdamW decoupled weight decay (default 0.01)\n"
@@ -328,11 +336,18 @@ static void help_train_lm(FILE *f) {
             "  --clip X              clip gradients to global L2 norm X; 0 = off (default 1)\n"
             "  --eval-every N        evaluation loss every N steps (default: 10 times per run)\n"
             "  --checkpoint FILE     save the training state (safetensors) at each evaluation\n"
-            "  --resume              continue from --checkpoint (same data and options)\n"
+            "  --resume              continue from --checkpoint (same data and options; the\n"
+            "                        step count and the data position are kept, also on\n"
+            "                        another number of ranks)\n"
             "  --out DIR             export a Hugging Face folder at the end (config.json,\n"
             "                        model.safetensors in f32, tokenizer.json)\n"
             "  --seed S              initialisation and shuffling seed (default 0)\n"
             "  --backend cpu|vulkan  (default cpu)\n"
+            "  --log FILE.jsonl      write a JSON-lines log: one object per step (loss, token\n"
+            "                        accuracy, lr, tokens/s, time) and per evaluation (eval\n"
+            "                        loss, perplexity); fields in docs/METRICS.md\n"
+            "  --plot FILE.svg       draw the loss and accuracy curves as an SVG chart,\n"
+            "                        rewritten at each evaluation\n"
             "  -h, --help            show this help\n");
 }
 
@@ -384,6 +399,49 @@ static int eval_loss(mn_session *s, const int32_t *toks, int64_t first, int64_t 
     return 0;
 }
 
+/* Where the data stream is: the windows of epoch `epoch`'s permutation
+ * from `offset` on. A step takes the next G windows (the global batch,
+ * batch x ranks), rank r the r-th B of them; an epoch ends when fewer than
+ * G windows are left (they are dropped). Saved in checkpoints as
+ * "lm.data_epoch" / "lm.data_offset", so a resumed run, on any number of
+ * ranks, goes on with the next window; a checkpoint without them (older)
+ * gives the position of its step count at the present G. */
+typedef struct data_cursor {
+    int64_t epoch, offset;
+} data_cursor;
+
+static void cursor_next(data_cursor *c, int64_t G, int64_t ntrain) {
+    c->offset += G;
+    if (c->offset + G > ntrain) c->epoch++, c->offset = 0;
+}
+
+static int cursor_save_meta(mn_session *s, const data_cursor *c) {
+    char e[32], o[32];
+    snprintf(e, sizeof e, "%" PRId64, c->epoch);
+    snprintf(o, sizeof o, "%" PRId64, c->offset);
+    if (mn_session_set_meta(s, "lm.data_epoch", e) || mn_session_set_meta(s, "lm.data_offset", o))
+        return fail("checkpoint metadata: %s", mn_session_error(s));
+    return 0;
+}
+
+static int cursor_load(data_cursor *c, const char *ckpt, int64_t step, int64_t G, int64_t ntrain) {
+    const int64_t per_epoch = ntrain / G;
+    c->epoch = step / per_epoch;
+    c->offset = step % per_epoch * G;
+    char e[32], o[32], err[1024];
+    if (mn_checkpoint_meta(ckpt, "lm.data_epoch", e, sizeof e, err, sizeof err) ||
+        mn_checkpoint_meta(ckpt, "lm.data_offset", o, sizeof o, err, sizeof err))
+        return 0; /* an older checkpoint */
+    int64_t ep, off;
+    if (!parse_int(e, 0, INT64_MAX / 2, &ep) || !parse_int(o, 0, ntrain, &off))
+        return fail("--resume: %s: lm.data_epoch '%s' / lm.data_offset '%s' are not a position in %" PRId64
+                    " windows", show(ckpt).s, show(e).s, show(o).s, ntrain);
+    c->epoch = ep;
+    c->offset = off;
+    if (c->offset + G > ntrain) c->epoch++, c->offset = 0;
+    return 0;
+}
+
 static int copy_file(const char *from, const char *to) {
     char *buf = NULL;
     size_t len = 0;
@@ -399,6 +457,7 @@ static int copy_file(const char *from, const char *to) {
 int cmd_train_lm(int argc, char **argv) {
     args a = {argc, argv, 1, "train lm", 0};
     const char *dir = NULL, *cfg_path = NULL, *tok_path = NULL, *data = NULL, *ckpt = NULL, *out = NULL, *v;
+    const char *log_path = NULL, *plot_path = NULL;
     int64_t T = 128, B = 8, steps = 0, epochs = 0, warmup = -1, eval_every = 0;
     double lr = 1e-3, clip = 1.0, wd = 0.01;
     uint64_t seed = 0;
@@ -417,6 +476,13 @@ int cmd_train_lm(int argc, char **argv) {
         else if (flag_value(&a, "--data", &v)) data = v;
         else if (flag_value(&a, "--checkpoint", &v)) ckpt = v;
         else if (flag_value(&a, "--out", &v)) out = v;
+        else if (flag_value(&a, "--log", &v)) {
+            if (!a.status && !v[0]) return usage_error("train lm", "--log needs a file name");
+            log_path = v;
+        } else if (flag_value(&a, "--plot", &v)) {
+            if (!a.status && !v[0]) return usage_error("train lm", "--plot needs a file name");
+            plot_path = v;
+        }
 #define INTOPT(name, var, lo, hi)                                                                                      \
     else if (flag_value(&a, name, &v)) {                                                                                     \
         if (!a.status && !parse_int(v, lo, hi, &var))                                                                     \
@@ -451,6 +517,10 @@ int cmd_train_lm(int argc, char **argv) {
     }
     if (a.status) return a.status;
     if (!dir == !cfg_path) return usage_error("train lm", "give exactly one of --model DIR and --config FILE");
+    const cli_dist *dd = cli_dist_get();
+    if (!dd) return EXIT_ERROR;
+    const bool root = cli_dist_root();
+    const int64_t ranks = cli_dist_ranks(dd);
     if (!data) return usage_error("train lm", "--data FILE.txt is required");
     if (cfg_path && !tok_path) return usage_error("train lm", "--config needs --tokenizer FILE (tokenizer.json)");
     if (steps && epochs) return usage_error("train lm", "give --steps or --epochs, not both");
@@ -487,6 +557,15 @@ int cmd_train_lm(int argc, char **argv) {
     mn_llama *m = NULL;
     mn_session *s = NULL;
     mn_hf_checkpoint *ck = NULL;
+    metrics mt;
+    int64_t last_step = 0; /* for the log's end record */
+    if (ckpt && ((log_path && strcmp(log_path, ckpt) == 0) || (plot_path && strcmp(plot_path, ckpt) == 0))) {
+        memset(&mt, 0, sizeof mt);
+        fail("--log and --plot must not name the checkpoint %s", show(ckpt).s);
+        goto done;
+    }
+    /* data parallel: rank 0 alone logs and draws */
+    if (metrics_open(&mt, root ? log_path : NULL, root ? plot_path : NULL, "tokens_per_s", "eval")) goto done;
     double t0 = now_s();
     if (mn_read_file(&text, &tlen, data, MAX_TEXT_BYTES, err, sizeof err)) {
         fail("%s", err);
@@ -505,11 +584,17 @@ int cmd_train_lm(int argc, char **argv) {
              T);
         goto done;
     }
+    if (B * ranks > ntrain && ranks > 1) {
+        fail("--batch %" PRId64 " x %" PRId64 " ranks is more than the %" PRId64 " training windows", B, ranks,
+             ntrain);
+        goto done;
+    }
     if (B > ntrain) {
         fprintf(stderr, "note: --batch lowered to %" PRId64 " (the training windows)\n", ntrain);
         B = ntrain;
     }
-    const int64_t per_epoch = ntrain / B;
+    const int64_t G = B * ranks; /* the global batch */
+    const int64_t per_epoch = ntrain / G;
     if (!steps) steps = (epochs ? epochs : 1) * per_epoch;
     if (warmup < 0) warmup = steps / 20;
     if (warmup >= steps) {
@@ -517,10 +602,14 @@ int cmd_train_lm(int argc, char **argv) {
         warmup = steps - 1;
     }
     if (!eval_every) eval_every = steps >= 10 ? steps / 10 : 1;
-    fprintf(stderr, "data: %zu bytes -> %zu tokens (%.2f bytes/token), %" PRId64 " windows of %" PRId64
-                    ": %" PRId64 " train, %" PRId64 " eval; %" PRId64 " steps of batch %" PRId64 " (%.2f epochs)\n",
-            tlen, ntok, ntok ? (double)tlen / (double)ntok : 0.0, nwin, T + 1, ntrain, neval, steps, B,
-            (double)steps / (double)per_epoch);
+    if (root && ranks > 1)
+        fprintf(stderr, "data parallel: %" PRId64 " ranks, batch %" PRId64 " per rank, global batch %" PRId64 "\n",
+                ranks, B, G);
+    if (root)
+        fprintf(stderr, "data: %zu bytes -> %zu tokens (%.2f bytes/token), %" PRId64 " windows of %" PRId64
+                        ": %" PRId64 " train, %" PRId64 " eval; %" PRId64 " steps of batch %" PRId64 " (%.2f epochs)\n",
+                tlen, ntok, ntok ? (double)tlen / (double)ntok : 0.0, nwin, T + 1, ntrain, neval, steps, G,
+                (double)steps / (double)per_epoch);
     free(text);
     text = NULL;
 
@@ -544,11 +633,12 @@ int cmd_train_lm(int argc, char **argv) {
         fail("%s", mn_llama_error(m));
         goto done;
     }
-    fprintf(stderr, "model: %d layers, hidden %" PRId64 ", %" PRId64 " heads (%" PRId64 " kv), vocab %" PRId64
+    if (root)
+        fprintf(stderr, "model: %d layers, hidden %" PRId64 ", %" PRId64 " heads (%" PRId64 " kv), vocab %" PRId64
                     ", %.2fM parameters%s\n",
             (int)cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
             cfg.vocab_size, (double)mn_llama_numel(m) / 1e6, dir ? "" : " (random init)");
-    if (!(s = new_session(g, be, MN_MODE_TRAINING, &opt, seed))) goto done;
+    if (!(s = new_session(g, be, MN_MODE_TRAINING, &opt, seed, dd->dist))) goto done;
     if (dir) {
         if (mn_hf_checkpoint_open(&ck, dir, err, sizeof err) != MN_OK) {
             fail("%s", err);
@@ -564,8 +654,10 @@ int cmd_train_lm(int argc, char **argv) {
             fail("--resume: %s", mn_session_error(s));
             goto done;
         }
-        fprintf(stderr, "resumed from %s at step %" PRId64 "\n", show(ckpt).s, mn_session_step_count(s));
+        if (root) fprintf(stderr, "resumed from %s at step %" PRId64 "\n", show(ckpt).s, mn_session_step_count(s));
     }
+    data_cursor cur = {0, 0};
+    if (resume && cursor_load(&cur, ckpt, mn_session_step_count(s), G, ntrain)) goto done;
     in = malloc((size_t)(B * T) * sizeof *in);
     tg = malloc((size_t)(B * T) * sizeof *tg);
     perm = malloc((size_t)ntrain * sizeof *perm);
@@ -575,23 +667,55 @@ int cmd_train_lm(int argc, char **argv) {
         goto done;
     }
     progress pg;
+    const double t_train = now_s();
     const int64_t start = mn_session_step_count(s);
-    progress_begin(&pg, stderr, 1, steps - start > 0 ? steps - start : 1);
+    metrics_title(&mt, "meganeura train lm: %d layers, hidden %" PRId64 ", %.2fM parameters, batch %" PRId64
+                       " x %" PRId64 ", lr %g",
+                  (int)cfg.num_hidden_layers, cfg.hidden_size, (double)mn_llama_numel(m) / 1e6, G, T, lr);
+    metrics_start_clock(&mt);
+    metrics_begin(&mt, "run");
+    metrics_str(&mt, "command", "train lm");
+    metrics_str(&mt, "model", dir ? dir : cfg_path);
+    metrics_str(&mt, "backend", be == MN_BACKEND_VULKAN ? "vulkan" : "cpu");
+    metrics_int(&mt, "parameters", mn_llama_numel(m));
+    metrics_int(&mt, "steps", steps);
+    metrics_int(&mt, "first_step", start + 1);
+    metrics_int(&mt, "batch", G); /* global: ranks x --batch */
+    metrics_int(&mt, "seq", T);
+    metrics_num(&mt, "lr", lr);
+    metrics_int(&mt, "warmup", warmup);
+    metrics_num(&mt, "clip", clip);
+    metrics_num(&mt, "weight_decay", wd);
+    metrics_u64(&mt, "seed", seed);
+    metrics_int(&mt, "tokens", (int64_t)ntok);
+    metrics_int(&mt, "train_windows", ntrain);
+    metrics_int(&mt, "eval_windows", neval);
+    if (metrics_end(&mt)) goto done;
+    double seg_t0 = now_s();
+    int64_t seg_steps = 0;
+    last_step = start;
+    progress_begin(&pg, cli_dist_progress_stream(), 1, steps - start > 0 ? steps - start : 1);
     progress_epoch_begin(&pg, 1);
     int64_t cur_epoch = -1;
     double first_eval = NAN, last_eval = NAN;
     for (int64_t k = start; k < steps; k++) {
-        const int64_t ep = k / per_epoch, j = k % per_epoch;
-        if (ep != cur_epoch) {
-            epoch_perm(perm, ntrain, seed, ep);
-            cur_epoch = ep;
+        if (cur.epoch != cur_epoch) {
+            epoch_perm(perm, ntrain, seed, cur.epoch);
+            cur_epoch = cur.epoch;
         }
-        fill_batch(in, tg, toks, perm + j * B, B, T);
+        /* this rank's shard of the global batch */
+        fill_batch(in, tg, toks, perm + cur.offset + cli_dist_shard_first(dd, B), B, T);
+        const int64_t ep = cur.epoch; /* this step's epoch (0-based) */
+        cursor_next(&cur, G, ntrain);
+        cli_dist_fault(k - start);
         float loss = NAN;
+        const double lr_used = (double)mn_session_lr(s);
         mn_status st = mn_session_set_input(s, "input_ids", in, (size_t)(B * T) * sizeof *in);
         if (!st) st = mn_session_set_input(s, "targets", tg, (size_t)(B * T) * sizeof *tg);
         if (!st) st = mn_session_step(s);
-        if (st == MN_E_NONFINITE) fprintf(stderr, "\nwarning: %s\n", mn_session_error(s));
+        if (st == MN_E_NONFINITE) {
+            if (root) fprintf(stderr, "\nwarning: %s\n", mn_session_error(s));
+        }
         else if (st) {
             fail("step %" PRId64 ": %s", k, mn_session_error(s));
             goto done;
@@ -607,21 +731,38 @@ int cmd_train_lm(int argc, char **argv) {
                 correct += best == tg[r];
             }
         progress_step(&pg, loss, correct, (int)(B * T));
+        last_step = k + 1;
+        seg_steps++;
+        const double seg_s = now_s() - seg_t0;
+        if (metrics_train(&mt, k + 1, ep + 1, loss, (double)correct / (double)(B * T), lr_used,
+                          seg_s > 0 ? (double)(seg_steps * G * T) / seg_s : NAN))
+            goto done;
         if ((k + 1) % eval_every == 0 || k + 1 == steps) {
             double el = NAN;
             if (neval && eval_loss(s, toks, ntrain, neval, B, T, in, tg, &el)) goto done;
+            if (metrics_eval(&mt, k + 1, ep + 1, el, NAN, true)) goto done;
             if (isnan(first_eval)) first_eval = el;
             last_eval = el;
-            if (pg.tty) fputc('\n', stderr);
-            fprintf(stderr, "step %" PRId64 "/%" PRId64 ": train loss %.4f, eval loss %.4f (perplexity %.2f), lr %.3g\n",
-                    k + 1, steps, (double)loss, el, exp(el), (double)mn_session_lr(s));
-            if (ckpt && mn_session_save(s, ckpt) != MN_OK) {
+            if (pg.tty && root) fputc('\n', stderr);
+            if (root)
+                fprintf(stderr, "step %" PRId64 "/%" PRId64 ": train loss %.4f, eval loss %.4f (perplexity %.2f), lr %.3g\n",
+                        k + 1, steps, (double)loss, el, exp(el), (double)mn_session_lr(s));
+            if (ckpt && cursor_save_meta(s, &cur)) goto done;
+            if (ckpt && root && mn_session_save(s, ckpt) != MN_OK) {
                 fail("saving %s: %s", show(ckpt).s, mn_session_error(s));
                 goto done;
             }
+            seg_t0 = now_s();
+            seg_steps = 0;
         }
     }
     progress_epoch_end(&pg);
+    cli_dist_report(s, now_s() - t_train);
+    const int brc = cli_dist_barrier("after training");
+    if (brc || !root) { /* rank 0 alone prints and exports */
+        rc = brc;
+        goto done;
+    }
     printf("trained %" PRId64 " steps in %.1f s; eval loss %.4f -> %.4f\n", steps - start, now_s() - t0, first_eval,
            last_eval);
     if (out) {
@@ -636,6 +777,8 @@ int cmd_train_lm(int argc, char **argv) {
     }
     rc = 0;
 done:
+    if (mt.on && metrics_finish(&mt, last_step, rc == 0 ? "ok" : "failed") && rc == 0) rc = EXIT_ERROR;
+    metrics_close(&mt);
     free(text);
     free(toks);
     free(in);

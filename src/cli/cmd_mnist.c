@@ -5,8 +5,12 @@
  *
  * train: AdamW with warm-up + cosine, a reshuffle and random shifts every
  * epoch, progress on stderr, a checkpoint after every epoch and on Ctrl-C
- * (exit 130), then the same evaluation as `eval` on the test split. The
- * models are built in models.c, the data file is found by cmd_data.c.
+ * (exit 130), then the same evaluation as `eval` on the test split. With
+ * --log or --plot (metrics.c) every step is logged and the test split is
+ * also evaluated after every epoch. The models are built in models.c, the
+ * data file is found by cmd_data.c. Under mpirun each rank trains on its
+ * shard of every global batch (fill_shard; --batch is per rank) and rank 0
+ * alone writes checkpoints, logs and results (dist.h).
  *
  * Does not: download data (scripts/mnist.sh does), resume training from a
  * checkpoint, or write progress to stdout.
@@ -22,7 +26,9 @@
 #include "cli/args.h"
 #include "cli/cmd_data.h"
 #include "cli/cmd_mnist.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
+#include "cli/metrics.h"
 #include "cli/models.h"
 #include "cli/progress.h"
 #include "io/mnist.h"
@@ -86,9 +92,14 @@ static void help_train(FILE *f) {
             "  --backend cpu|vulkan  where to run (default cpu)\n"
             "  --epochs N            passes over the training split, N >= 1\n"
             "                          (default %d for mlp, %d for cnn)\n"
+            "  --steps N             train N steps (batches) instead, N >= 1: a fraction of\n"
+            "                          an epoch or more; the schedule spans the N steps\n"
             "  --lr X                peak learning rate, X > 0 (default %g for mlp, %g for cnn)\n"
             "  --weight-decay X      AdamW decoupled weight decay, X >= 0 (default %g)\n"
-            "  --batch N             batch size, 1..%d (default %d)\n"
+            "  --batch N             batch size, 1..%d (default %d); under mpirun the batch\n"
+            "                          of each rank: N ranks train on global batches of\n"
+            "                          N x batch images (`mpirun -np 2 ... --batch 64` trains\n"
+            "                          like --batch 128 in one process)\n"
             "  --shift N             augmentation: move each training image by a random\n"
             "                          offset of up to N pixels each way, 0..%d (default %d;\n"
             "                          0 turns it off)\n"
@@ -99,6 +110,13 @@ static void help_train(FILE *f) {
             "                          checked first: only a regular file is replaced\n"
             "  --data FILE           MNIST cache written by `make data`\n"
             "                          (default %s)\n"
+            "  --log FILE.jsonl      write a JSON-lines log: one object per step (loss,\n"
+            "                          accuracy, lr, images/s, time) and per epoch (loss and\n"
+            "                          accuracy on the test split); fields in docs/METRICS.md\n"
+            "  --plot FILE.svg       draw the loss and accuracy curves (train per step, test\n"
+            "                          per epoch) as an SVG chart, rewritten every epoch\n"
+            "                          (with --log or --plot the test split is evaluated after\n"
+            "                          every epoch)\n"
             "  -h, --help            show this help\n",
             MNIST_TRAIN_PER_CLASS, WARMUP_MAX,
             (double)MIN_LR_FRACTION, CLI_CNN_C1, CLI_CNN_C1, CLI_CNN_C2, CLI_CNN_FLAT,
@@ -282,6 +300,7 @@ typedef struct train_opts {
     cli_model model;
     mn_backend_kind backend;
     int64_t epochs; /* 0: model default */
+    int64_t steps;  /* > 0: train this many steps instead of whole epochs */
     double lr;      /* 0: model default */
     double weight_decay;
     int64_t batch;
@@ -289,21 +308,83 @@ typedef struct train_opts {
     uint64_t seed;
     const char *checkpoint; /* NULL: mnist-<model>.safetensors */
     const char *data;       /* NULL: default cache path */
+    const char *log, *plot; /* --log, --plot (NULL: none) */
+    const cli_dist *dist;   /* data-parallel ranks (cli/dist.h) */
 } train_opts;
 
+/* Mean cross-entropy and accuracy of the test split through the training
+ * session's forward pass (mn_session_run: no update), in batches of B whose
+ * last one is padded with zero images whose rows are ignored. x, y, logits
+ * hold a batch. The loss is computed here from the logits (log-sum-exp in
+ * double), so the padding cannot enter it. */
+static int eval_in_session(mn_session *s, const mnist_split *test, int64_t B, float *x, int32_t *y, float *logits,
+                           double *loss, double *accuracy) {
+    double sum = 0;
+    int64_t correct = 0;
+    for (int64_t at = 0; at < test->n; at += B) {
+        int64_t k = test->n - at < B ? test->n - at : B;
+        memcpy(x, test->images + at * MNIST_PIXELS, (size_t)k * MNIST_PIXELS * sizeof(float));
+        memcpy(y, test->labels + at, (size_t)k * sizeof(int32_t));
+        if (k < B) {
+            memset(x + k * MNIST_PIXELS, 0, (size_t)(B - k) * MNIST_PIXELS * sizeof(float));
+            memset(y + k, 0, (size_t)(B - k) * sizeof(int32_t));
+        }
+        if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) != MN_OK ||
+            mn_session_set_input(s, "y", y, (size_t)B * sizeof(int32_t)) != MN_OK || mn_session_run(s) != MN_OK ||
+            mn_session_output(s, "logits", logits, (size_t)B * NUM_CLASSES * sizeof(float)) != MN_OK)
+            return session_fail(s, "evaluating the test split");
+        for (int64_t i = 0; i < k; i++) {
+            const float *row = logits + i * NUM_CLASSES;
+            double mx = row[0], se = 0;
+            for (int c = 1; c < NUM_CLASSES; c++)
+                if (row[c] > mx) mx = row[c];
+            for (int c = 0; c < NUM_CLASSES; c++) se += exp((double)row[c] - mx);
+            sum += mx + log(se) - (double)row[y[i]];
+        }
+        correct += count_correct(logits, y, k);
+    }
+    *loss = test->n ? sum / (double)test->n : NAN;
+    *accuracy = test->n ? (double)correct / (double)test->n : NAN;
+    return 0;
+}
+
 static int save_checkpoint(mn_session *s, const char *path) {
+    if (!cli_dist_root()) return 0; /* data parallel: rank 0 writes */
     if (mn_session_save(s, path) != MN_OK) return session_fail(s, "saving the checkpoint");
     return 0;
 }
 
-static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt) {
+/* One rank's shard of global batch `st`: the global batch is the images
+ * perm[st*G .. st*G + G) with G = B * ranks; every rank draws the random
+ * shifts of all G images (so the generator's stream is the one a single
+ * process with batch G draws) and keeps rows [first, first + B). */
+static void fill_shard(float *x, int32_t *y, const mnist_split *tr, const int64_t *perm, int64_t st, int64_t B,
+                       int64_t G, int64_t first, int64_t shift, uint64_t *rng) {
+    for (int64_t gb = 0; gb < G; gb++) {
+        const int64_t k = perm[st * G + gb], b = gb - first;
+        const bool mine = b >= 0 && b < B;
+        if (shift > 0) {
+            uint64_t span = (uint64_t)(2 * shift + 1);
+            int dy = (int)rng_below(rng, span) - (int)shift;
+            int dx = (int)rng_below(rng, span) - (int)shift;
+            if (mine) shift_image(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, dy, dx);
+        } else if (mine) {
+            memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, MNIST_PIXELS * sizeof(float));
+        }
+        if (mine) y[b] = tr->labels[k];
+    }
+}
+
+static int run_training(const train_opts *o, const mnist_data *data, const char *ckpt, metrics *mt) {
     const mnist_split *tr = &data->train;
-    if (o->batch > tr->n)
-        return fail("--batch %" PRId64 " is larger than the %" PRId64 " training images", o->batch,
-                    tr->n);
-    const int64_t B = o->batch;
-    const int64_t steps = tr->n / B; /* the last partial batch is dropped */
-    const int64_t total = steps * o->epochs;
+    const int64_t ranks = cli_dist_ranks(o->dist);
+    const int64_t B = o->batch, G = B * ranks; /* per rank, global */
+    if (G > tr->n)
+        return fail("--batch %" PRId64 "%s is larger than the %" PRId64 " training images", o->batch,
+                    ranks > 1 ? " times the ranks" : "", tr->n);
+    const int64_t steps = tr->n / G; /* the last partial batch is dropped */
+    const int64_t total = o->steps ? o->steps : steps * o->epochs;
+    const int64_t epochs = (total + steps - 1) / steps; /* the last one may be cut short (--steps) */
 
     char err[1024];
     mn_graph *g;
@@ -319,11 +400,13 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     opt.optim.warmup_steps = total / 10 < WARMUP_MAX ? total / 10 : WARMUP_MAX;
     opt.optim.total_steps = total;
     opt.optim.min_lr = (float)o->lr * MIN_LR_FRACTION;
+    opt.dist = o->dist ? o->dist->dist : NULL;
     mn_session *s = session_new(g, &opt);
     mn_graph_destroy(g);
     if (!s) return EXIT_ERROR;
 
     int rc = 0;
+    int64_t done_steps = 0;
     float *x = malloc((size_t)B * MNIST_PIXELS * sizeof(float));
     int32_t *y = malloc((size_t)B * sizeof(int32_t));
     float *logits = malloc((size_t)B * NUM_CLASSES * sizeof(float));
@@ -337,23 +420,46 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         goto done;
     }
 
+    const bool root = cli_dist_root();
     size_t peak = 0, sum = 0;
-    if (mn_session_memory(s, &peak, &sum) == MN_OK) {
+    if (root && mn_session_memory(s, &peak, &sum) == MN_OK) {
         char pb[32], sb[32];
         format_bytes(pb, sizeof pb, peak);
         format_bytes(sb, sizeof sb, sum);
         fprintf(stderr, "memory: %s peak with planning vs %s for all tensors (%.0f%%)\n", pb, sb,
                 sum ? 100.0 * (double)peak / (double)sum : 0.0);
-    } else {
+    } else if (root) {
         fprintf(stderr, "memory: not reported (%s)\n", mn_session_error(s));
     }
-    fprintf(stderr,
+    if (root && ranks > 1)
+        fprintf(stderr, "data parallel: %" PRId64 " ranks, batch %" PRId64 " per rank, global batch %" PRId64 "\n",
+                ranks, B, G);
+    if (root)
+        fprintf(stderr,
             "train mnist: %s (%s), backend %s, %" PRId64 " train / %" PRId64
             " test images, batch %" PRId64 ", %" PRId64 " steps/epoch, %" PRId64
             " epochs, AdamW lr %g weight decay %g, shift %" PRId64 ", seed %" PRIu64 "\n",
             cli_model_name(o->model), cli_model_summary(o->model),
-            o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, B, steps,
-            o->epochs, o->lr, o->weight_decay, o->shift, o->seed);
+            o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", tr->n, data->test.n, G, steps,
+            epochs, o->lr, o->weight_decay, o->shift, o->seed);
+    const char *backend_name = o->backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu";
+    metrics_title(mt, "meganeura train mnist: %s, %s, batch %" PRId64 ", lr %g, seed %" PRIu64,
+                  cli_model_name(o->model), backend_name, G, o->lr, o->seed);
+    metrics_start_clock(mt);
+    metrics_begin(mt, "run");
+    metrics_str(mt, "command", "train mnist");
+    metrics_str(mt, "model", cli_model_name(o->model));
+    metrics_str(mt, "backend", backend_name);
+    metrics_int(mt, "epochs", epochs);
+    metrics_int(mt, "steps_per_epoch", steps);
+    metrics_int(mt, "batch", G); /* global: ranks x --batch */
+    metrics_num(mt, "lr", o->lr);
+    metrics_num(mt, "weight_decay", o->weight_decay);
+    metrics_int(mt, "shift", o->shift);
+    metrics_u64(mt, "seed", o->seed);
+    metrics_int(mt, "train_images", tr->n);
+    metrics_int(mt, "test_images", data->test.n);
+    if ((rc = metrics_end(mt)) != 0) goto done;
 
     for (int64_t i = 0; i < tr->n; i++) perm[i] = i;
     uint64_t rng = o->seed ^ 0x53485546464c45ull; /* "SHUFFLE": apart from the init seed */
@@ -366,26 +472,19 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     sigaction(SIGINT, &sa, NULL);
 
     progress pr;
-    progress_begin(&pr, stderr, (int)o->epochs, steps);
+    progress_begin(&pr, cli_dist_progress_stream(), (int)epochs, steps);
     double t0 = progress_now();
-    for (int64_t e = 1; e <= o->epochs; e++) {
+    /* throughput for the log: images since the last evaluation */
+    double seg_t0 = t0;
+    int64_t seg_images = 0;
+    for (int64_t e = 1; e <= epochs; e++) {
         shuffle(perm, tr->n, &rng);
         progress_epoch_begin(&pr, (int)e);
-        for (int64_t st = 0; st < steps; st++) {
-            for (int64_t b = 0; b < B; b++) {
-                int64_t k = perm[st * B + b];
-                if (o->shift > 0) {
-                    uint64_t span = (uint64_t)(2 * o->shift + 1);
-                    int dy = (int)rng_below(&rng, span) - (int)o->shift;
-                    int dx = (int)rng_below(&rng, span) - (int)o->shift;
-                    shift_image(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS, dy, dx);
-                } else {
-                    memcpy(x + b * MNIST_PIXELS, tr->images + k * MNIST_PIXELS,
-                           MNIST_PIXELS * sizeof(float));
-                }
-                y[b] = tr->labels[k];
-            }
+        for (int64_t st = 0; st < steps && (e - 1) * steps + st < total; st++) {
+            fill_shard(x, y, tr, perm, st, B, G, cli_dist_shard_first(o->dist, B), o->shift, &rng);
+            cli_dist_fault((e - 1) * steps + st);
             float loss;
+            const double lr_used = (double)mn_session_lr(s);
             if (mn_session_set_input(s, "x", x, (size_t)B * MNIST_PIXELS * sizeof(float)) !=
                     MN_OK ||
                 mn_session_set_input(s, "y", y, (size_t)B * sizeof(int32_t)) != MN_OK ||
@@ -403,7 +502,14 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
                           (double)loss, e, st + 1, show(ckpt).s);
                 goto done;
             }
-            progress_step(&pr, loss, (int)count_correct(logits, y, B), (int)B);
+            const int64_t correct = count_correct(logits, y, B);
+            progress_step(&pr, loss, (int)correct, (int)B);
+            done_steps++;
+            seg_images += G;
+            const double seg_s = progress_now() - seg_t0;
+            if ((rc = metrics_train(mt, done_steps, e, loss, (double)correct / (double)B, lr_used,
+                                    seg_s > 0 ? (double)seg_images / seg_s : NAN)) != 0)
+                goto done;
             if (g_interrupted) {
                 if (pr.tty) fputc('\n', stderr);
                 rc = save_checkpoint(s, ckpt);
@@ -420,8 +526,18 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
         progress_epoch_end(&pr);
         /* Every epoch, so an interrupted or failed run keeps its work. */
         if ((rc = save_checkpoint(s, ckpt)) != 0) goto done;
+        if (mt->on) {
+            double el = NAN, ea = NAN;
+            if ((rc = eval_in_session(s, &data->test, B, x, y, logits, &el, &ea)) != 0 ||
+                (rc = metrics_eval(mt, done_steps, e, el, ea, false)) != 0)
+                goto done;
+            seg_t0 = progress_now();
+            seg_images = 0;
+        }
     }
     double secs = progress_now() - t0;
+    cli_dist_report(s, secs);
+    if ((rc = cli_dist_barrier("after training")) != 0 || !root) goto done;
     char dur[32];
     progress_format_duration(dur, sizeof dur, secs);
     printf("train time %.1f s (%s, %" PRId64 " steps, %.1f steps/s)\n", secs, dur, total,
@@ -429,6 +545,10 @@ static int run_training(const train_opts *o, const mnist_data *data, const char 
     printf("checkpoint %s\n", show(ckpt).s);
     fflush(stdout);
 done:
+    if (mt->on) {
+        int rm = metrics_finish(mt, done_steps, rc == 0 ? "ok" : rc == EXIT_INTERRUPTED ? "interrupted" : "failed");
+        if (rc == 0) rc = rm;
+    }
     signal(SIGINT, SIG_DFL);
     free(x);
     free(y);
@@ -470,6 +590,9 @@ int cmd_train_mnist(int argc, char **argv) {
             if (!a.status && !parse_int(v, 1, MAX_EPOCHS, &o.epochs))
                 return usage_error("train", "--epochs must be an integer in 1..%d, got '%s'",
                                    MAX_EPOCHS, show(v).s);
+        } else if (flag_value(&a, "--steps", &v)) {
+            if (!a.status && !parse_int(v, 1, INT32_MAX, &o.steps))
+                return usage_error("train", "--steps must be an integer in 1..%d, got '%s'", INT32_MAX, show(v).s);
         } else if (flag_value(&a, "--lr", &v)) {
             if (!a.status && !parse_positive(v, &o.lr))
                 return usage_error("train", "--lr must be a number > 0, got '%s'", show(v).s);
@@ -492,11 +615,19 @@ int cmd_train_mnist(int argc, char **argv) {
             o.checkpoint = v;
         } else if (flag_value(&a, "--data", &v)) {
             o.data = v;
+        } else if (flag_value(&a, "--log", &v)) {
+            if (!a.status && !v[0]) return usage_error("train", "--log needs a file name");
+            o.log = v;
+        } else if (flag_value(&a, "--plot", &v)) {
+            if (!a.status && !v[0]) return usage_error("train", "--plot needs a file name");
+            o.plot = v;
         } else {
             return usage_error("train", "train: unknown option '%s'", show(argv[a.i]).s);
         }
     }
     if (a.status) return a.status;
+    if (!(o.dist = cli_dist_get())) return EXIT_ERROR;
+    if (o.steps && o.epochs) return usage_error("train", "give --steps or --epochs, not both");
     if (!o.epochs) o.epochs = MODEL_DEFAULTS[o.model].epochs;
     if (!(o.lr > 0)) o.lr = MODEL_DEFAULTS[o.model].lr;
     char ckpt_default[64];
@@ -506,13 +637,26 @@ int cmd_train_mnist(int argc, char **argv) {
      * checkpoint be written there at all? */
     char cerr[1024];
     if (mn_checkpoint_check_path(ckpt, cerr, sizeof cerr) != MN_OK) return fail("--checkpoint: %s", cerr);
+    if ((o.log && strcmp(o.log, ckpt) == 0) || (o.plot && strcmp(o.plot, ckpt) == 0))
+        return fail("--log and --plot must not name the checkpoint %s", show(ckpt).s);
+    metrics mt;
+    /* data parallel: rank 0 alone logs and draws */
+    if (metrics_open(&mt, cli_dist_root() ? o.log : NULL, cli_dist_root() ? o.plot : NULL, "images_per_s", "test") !=
+        0) {
+        metrics_close(&mt);
+        return EXIT_ERROR;
+    }
 
     char dbuf[4096];
     const char *dpath = data_path(dbuf, sizeof dbuf, o.data);
     mnist_data data;
-    if (!dpath || !load_data(&data, dpath)) return EXIT_ERROR;
-    int rc = run_training(&o, &data, ckpt);
-    if (rc == 0) rc = evaluate(ckpt, o.model, o.backend, &data.test);
+    if (!dpath || !load_data(&data, dpath)) {
+        metrics_close(&mt);
+        return EXIT_ERROR;
+    }
+    int rc = run_training(&o, &data, ckpt, &mt);
+    metrics_close(&mt);
+    if (rc == 0 && cli_dist_root()) rc = evaluate(ckpt, o.model, o.backend, &data.test);
     mnist_free(&data);
     return rc;
 }

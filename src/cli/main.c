@@ -5,6 +5,8 @@
  *   meganeura train lm --data FILE.txt ...       cmd_lm.c
  *   meganeura generate --model DIR --prompt TEXT ...   cmd_lm.c
  *   meganeura eval mnist --checkpoint FILE [options]   cmd_mnist.c
+ *   meganeura classify --model FILE IMAGE...     cmd_classify.c
+ *   meganeura transcribe --model DIR FILE.wav... cmd_transcribe.c
  *   meganeura inspect FILE.safetensors           cmd_inspect.c
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]   cmd_data.c
  *   meganeura devices                            cmd_devices.c
@@ -26,12 +28,15 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/cmd_classify.h"
 #include "cli/cmd_data.h"
 #include "cli/cmd_devices.h"
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
 #include "cli/cmd_onnx.h"
+#include "cli/cmd_transcribe.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -46,6 +51,8 @@ static void help_main(FILE *f) {
             "  train lm        train a Llama-family language model on a text file\n"
             "  generate        continue a prompt with a Hugging Face Llama-family model\n"
             "  eval mnist      evaluate a checkpoint on the MNIST test images\n"
+            "  classify        classify PNG/JPEG images with a torchvision ResNet\n"
+            "  transcribe      speech to text (WAV) with a Hugging Face Whisper model\n"
             "  inspect FILE    list the metadata and tensors of a safetensors file\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "  devices         list the Vulkan devices, their limits and extensions\n"
@@ -55,7 +62,11 @@ static void help_main(FILE *f) {
             "  -h, --help      show this help\n"
             "  --version       print the version\n"
             "\n"
-            "`meganeura <command> --help` lists the options of a command.\n"
+            "`meganeura <command> --help` lists the options of a command; `man meganeura`\n"
+            "describes them all. `train mnist` and `train lm` write a JSON-lines log of the\n"
+            "run with --log FILE.jsonl and draw its curves with --plot FILE.svg.\n"
+            "`mpirun -np N meganeura train ...` trains data-parallel on N processes\n"
+            "(--batch per process; rank 0 writes checkpoints and results).\n"
             "\n"
             "Run `make data` once to download MNIST before `train` or `eval`.\n",
             MN_VERSION_STRING);
@@ -83,9 +94,12 @@ int main(int argc, char **argv) {
         printf("meganeura %s\n", MN_VERSION_STRING);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    /* under mpirun a failed training ends every rank (dist.c) */
+    if (strcmp(cmd, "train") == 0) return cli_dist_end(cmd_train(argc - 1, argv + 1));
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval_mnist(argc - 1, argv + 1);
+    if (strcmp(cmd, "classify") == 0) return cmd_classify(argc - 1, argv + 1);
+    if (strcmp(cmd, "transcribe") == 0) return cmd_transcribe(argc - 1, argv + 1);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);

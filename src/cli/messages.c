@@ -10,9 +10,14 @@ cli_shown show(const char *p) {
     return r;
 }
 
+static int g_rank = -1;
+
+void messages_set_rank(int rank) { g_rank = rank; }
+
 int fail(const char *fmt, ...) {
     va_list ap;
     fputs("meganeura: error: ", stderr);
+    if (g_rank >= 0) fprintf(stderr, "rank %d: ", g_rank);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

@@ -20,6 +20,8 @@ typedef struct cli_shown {
 } cli_shown;
 cli_shown show(const char *p);
 
+/* Data-parallel runs (dist.c): errors then read "meganeura: error: rank R: ...". */
+void messages_set_rank(int rank);
 /* "meganeura: error: ..." on stderr; returns EXIT_ERROR. */
 int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "meganeura: [cmd: ]..." plus the --help hint on stderr; returns EXIT_USAGE.

@@ -65,6 +65,7 @@ const char *mn_status_str(mn_status s) {
     case MN_E_BACKEND: return "MN_E_BACKEND";
     case MN_E_STATE: return "MN_E_STATE";
     case MN_E_NONFINITE: return "MN_E_NONFINITE";
+    case MN_E_DIST: return "MN_E_DIST";
     default: return "MN_E_UNKNOWN";
     }
 }

@@ -246,9 +246,12 @@ static inline void scale_factor_set(node *n, double s) { n->fp[0] = s; }
 
 /* CLIP_COEF, STEP_GATE: fp[0] = the global gradient norm to clip to (STEP_GATE: 0 = no clipping) */
 static inline double clip_norm(const node *n) { return n->fp[0]; }
-/* SUMSQ: ip[0] = 1: per row of the last axis (else over everything) */
-static inline bool sumsq_rows(const node *n) { return n->ip[0] != 0; }
-static inline void sumsq_rows_set(node *n, bool rows) { n->ip[0] = rows; }
+/* SUMSQ: ip[0] = B > 0: one sum per block of B consecutive elements (the
+ * last one shorter), [max(1, ceil(numel / B))]; 0: over everything, a scalar */
+static inline int64_t sumsq_block(const node *n) { return n->ip[0]; }
+static inline void sumsq_block_set(node *n, int64_t block) { n->ip[0] = block; }
+/* The blocks of a SUMSQ with block length b over numel elements. */
+static inline int64_t sumsq_blocks(int64_t numel, int64_t b) { return numel > 0 ? (numel + b - 1) / b : 1; }
 static inline void clip_norm_set(node *n, double c) { n->fp[0] = c; }
 
 #endif

@@ -78,7 +78,7 @@ static void dump_attrs(const node *n, FILE *f) {
         break;
     }
     case OP_SUMSQ:
-        if (sumsq_rows(n)) fprintf(f, " rows");
+        if (sumsq_block(n)) fprintf(f, " block=%lld", (long long)sumsq_block(n));
         break;
     case OP_CE_COUNT: fprintf(f, " ignore_index=%lld", (long long)ce_attrs_of(n).ignore_index); break;
     case OP_RMS_NORM: case OP_RMS_NORM_BWD: case OP_LAYER_NORM_BWD: fprintf(f, " eps=%.9g", norm_attrs_of(n).eps); break;
@@ -150,6 +150,8 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
         if (n->lr_mult != 1.0f) fprintf(f, " lr_mult=%.9g", (double)n->lr_mult);
         if (n->flags & NODE_F_FROZEN) fprintf(f, " frozen");
     }
+    if (n->flags & NODE_F_ROUND_BF16) fprintf(f, " operands=bf16");
+    if (n->flags & NODE_F_ROUND_F16) fprintf(f, " operands=f16");
     if (n->flags & NODE_F_OUTPUT) fprintf(f, " output");
     if (n->flags & NODE_F_LOSS) fprintf(f, " loss");
     fputc('\n', f);

@@ -13,6 +13,7 @@
 
 #include "meganeura.h"
 #include "core/common.h"
+#include "core/round16.h"
 
 typedef enum op_id {
 #define MN_OP(E, n, lo, hi, bwd, fl, wr, fu) OP_##E,
@@ -33,7 +34,16 @@ enum {
     NODE_F_BACKWARD = 1u << 3,  /* created by autodiff */
     NODE_F_OPTIM = 1u << 4,     /* created by the optimizer stage */
     NODE_F_HOST = 1u << 5,      /* written by the session from the host (hyper) */
-    NODE_F_READ = 1u << 6       /* read by the session after each step (the step gate): pinned like an output */
+    NODE_F_READ = 1u << 6,      /* read by the session after each step (the step gate): pinned like an output */
+    NODE_F_SYNC = 1u << 7,      /* read and rewritten by the session between the backward pass and the
+                                   updates (a gradient all-reduced in data-parallel training): never
+                                   folded into another node's kernel, so it has storage */
+    /* a contraction (fuse class MATMUL) of the fast contract: its operands
+     * (inputs 0 and 1; never a bias) are rounded to bf16 / f16 before the
+     * products, which accumulate in f32 (core/round16.h). Set by the
+     * session from mn_session_options.precision. */
+    NODE_F_ROUND_BF16 = 1u << 8,
+    NODE_F_ROUND_F16 = 1u << 9
 };
 
 typedef struct node {
@@ -115,6 +125,12 @@ static inline bool op_writes_any(op_id op) { return op_table[op].writes != 0; }
 static inline op_fuse op_fuse_class(op_id op) { return op_table[op].fuse; }
 /* "elementwise", "bcast", ... (the fuse column in lower case). */
 const char *op_fuse_name(op_fuse f);
+
+/* The operand rounding of a contraction (NODE_F_ROUND_*), MN_ROUND_NONE if
+ * none. */
+static inline mn_round16 node_round16(const node *n) {
+    return (n->flags & NODE_F_ROUND_BF16) ? MN_ROUND_BF16 : (n->flags & NODE_F_ROUND_F16) ? MN_ROUND_F16 : MN_ROUND_NONE;
+}
 
 /* Element count (1 for rank 0). */
 int64_t node_numel(const node *n);

@@ -62,6 +62,8 @@ mn_status mn_gelu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, ou
 mn_status mn_gelu_tanh(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_GELU_TANH, x); }
 mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SILU, x); }
 mn_status mn_stop_gradient(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_STOP_GRAD, x); }
+mn_status mn_sin(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SIN, x); }
+mn_status mn_cos(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_COS, x); }
 mn_status mn_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SOFTMAX, x); }
 mn_status mn_log_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_LOG_SOFTMAX, x); }
 

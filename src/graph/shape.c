@@ -748,7 +748,7 @@ mn_status graph_infer(mn_graph *g, node *n) {
     }
     case OP_SCALE: case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT:
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU:
-    case OP_STOP_GRAD:
+    case OP_STOP_GRAD: case OP_SIN: case OP_COS:
         if ((st = need_f32(g, n, 0))) return st;
         copy_shape_of(n, IN(0));
         return MN_OK;
@@ -821,11 +821,10 @@ mn_status graph_infer(mn_graph *g, node *n) {
         if ((st = same_shape(g, n, 0, 1))) return st;
         return MN_OK;
     case OP_SUMSQ:
-        if (sumsq_rows(n)) { /* [numel / last dim] */
-            const node *x = IN(0);
-            const int64_t last = x->rank ? x->shape[x->rank - 1] : 1, rows = last ? node_numel(x) / last : 0;
-            if (x->rank < 2) return graph_fail(g, MN_E_SHAPE, "sumsq: rows of a rank-%d tensor", x->rank);
-            set_shape(n, 1, &rows);
+        if (sumsq_block(n) < 0) return graph_fail(g, MN_E_INVALID, "sumsq: block %lld < 0", (long long)sumsq_block(n));
+        if (sumsq_block(n) > 0) { /* [blocks] */
+            const int64_t nb = sumsq_blocks(node_numel(IN(0)), sumsq_block(n));
+            set_shape(n, 1, &nb);
             return MN_OK;
         }
         set_shape(n, 0, NULL);

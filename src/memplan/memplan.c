@@ -238,6 +238,65 @@ static int8_t pinned_arena(const node *root, bool io) {
     }
 }
 
+uint64_t memplan_chunk(const mn_graph *g, const uint8_t *live, uint64_t chunk, size_t real_size) {
+    for (int32_t i = 0; chunk && i < g->n; i++) {
+        if (!live[i] || memplan_root(g, i) != i || align_up(node_bytes(&g->nodes[i], real_size)) <= chunk) continue;
+        uint64_t p2 = MP_ALIGN;
+        while (p2 <= chunk / 2) p2 *= 2;
+        return p2;
+    }
+    return chunk;
+}
+
+/* The parallel regions of opt (memplan_parallel), before anything else is
+ * placed; *work: the bytes they take at the bottom of the work arena. */
+static mn_status place_parallel(memplan *mp, const mn_graph *g, const memplan_options *opt, const int32_t *root,
+                                const uint8_t *live, const uint8_t *io, const uint8_t *fused, uint64_t chunk,
+                                uint64_t *work, char *err, size_t cap) {
+    *work = 0;
+    for (int32_t p = 0; p < opt->nparallel; p++) {
+        const memplan_parallel *pr = &opt->parallel[p];
+        if (pr->lanes < 1 || pr->lanes > MP_MAX_LANES || pr->n < 1) {
+            mn_fmt(err, cap, "memplan: parallel region %d: %d lanes of %d tensors", p, pr->lanes, pr->n);
+            return MN_E_INVALID;
+        }
+        for (int l = 0; l < pr->lanes; l++) {
+            int8_t arena = -1;
+            uint64_t total = 0;
+            for (int32_t i = 0; i < pr->n; i++) {
+                const int32_t id = pr->ids[(size_t)i * (size_t)pr->lanes + (size_t)l], r = root[id];
+                const node *nd = &g->nodes[r];
+                const uint64_t bytes = node_bytes(nd, opt->real_size);
+                const int8_t a = pinned_arena(nd, false);
+                const char *why = !live[r] ? "not live" : fused[r] == 1 ? "folded into a kernel" : io[r] ? "read by the user"
+                                  : mp->slots[r].arena >= 0 ? "placed twice" : a == MP_ARENA_IO ? "an input or constant"
+                                  : (arena >= 0 && a != arena) ? "in another arena than its lane"
+                                  : bytes != node_bytes(&g->nodes[root[pr->ids[(size_t)i * (size_t)pr->lanes]]], opt->real_size)
+                                      ? "of another size than lane 0's" : NULL;
+                if (why) {
+                    mn_fmt(err, cap, "memplan: parallel region %d, lane %d: %%%d %s is %s", p, l, r,
+                           op_table[nd->op].name, why);
+                    return MN_E_INVALID;
+                }
+                arena = a;
+                mp->slots[r] = (mp_slot){a, total, bytes}; /* offset from the lane's start, for now */
+                total += align_up(bytes);
+            }
+            uint64_t at = arena == MP_ARENA_WORK ? *work : mp->arena_bytes[arena];
+            if (chunk && total > chunk) {
+                mn_fmt(err, cap, "memplan: parallel region %d: %llu bytes, more than a chunk (%llu)", p,
+                       (unsigned long long)total, (unsigned long long)chunk);
+                return MN_E_INVALID;
+            }
+            if (chunk && at % chunk + total > chunk) at = (at / chunk + 1) * chunk;
+            for (int32_t i = 0; i < pr->n; i++) mp->slots[root[pr->ids[(size_t)i * (size_t)pr->lanes + (size_t)l]]].offset += at;
+            if (arena == MP_ARENA_WORK) *work = at + total;
+            else mp->arena_bytes[arena] = at + total;
+        }
+    }
+    return MN_OK;
+}
+
 mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, int32_t norder,
                         const uint8_t *live, const memplan_options *opt, char *err, size_t cap) {
     mn_status st = MN_OK;
@@ -274,13 +333,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
     /* a tensor larger than a chunk spans whole chunks from a chunk boundary
      * (a paged operand): the chunk becomes a power of two so kernels find an
      * element's page with a shift */
-    for (int32_t i = 0; chunk && i < n; i++) {
-        if (!live[i] || root[i] != i || align_up(node_bytes(&g->nodes[i], opt->real_size)) <= chunk) continue;
-        uint64_t p2 = MP_ALIGN;
-        while (p2 <= chunk / 2) p2 *= 2;
-        chunk = p2;
-        break;
-    }
+    chunk = memplan_chunk(g, live, chunk, opt->real_size);
     mp->chunk_bytes = chunk;
     /* a root is pinned to the io arena if any alias of it is an output or the loss */
     for (int32_t i = 0; i < n; i++)
@@ -300,22 +353,39 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
             if (last[ri] < at) last[ri] = at;
         }
     }
-    /* pinned roots: one range each, for the whole session */
+    /* parallel regions first, then the other pinned roots: one range each,
+     * for the whole session */
+    uint64_t work_fixed = 0;
+    if (opt->nparallel && (st = place_parallel(mp, g, opt, root, live, io, fused, chunk, &work_fixed, err, cap)))
+        goto done;
     for (int32_t i = 0; i < n; i++) {
         if (!live[i] || root[i] != i || fused[i] == 1) continue;
         const node *nd = &g->nodes[i];
         uint64_t bytes = node_bytes(nd, opt->real_size);
         if (!mn_add_u64(&mp->sum_bytes, mp->sum_bytes, align_up(bytes))) goto overflow;
+        if (mp->slots[i].arena >= 0) continue; /* a parallel region's */
         int8_t a = pinned_arena(nd, io[i]);
         if (a == MP_ARENA_WORK) continue;
         uint64_t at = mp->arena_bytes[a];
         if (chunk && (bytes > chunk ? at % chunk != 0 : at % chunk + bytes > chunk)) at = (at / chunk + 1) * chunk;
         mp->slots[i] = (mp_slot){a, at, bytes};
         if (!mn_add_u64(&mp->arena_bytes[a], at, align_up(bytes))) goto overflow;
+        mp->tensor_bytes[a] += align_up(bytes); /* below arena_bytes: cannot overflow */
+    }
+    /* the parallel regions' computed tensors: the bottom of the work arena */
+    if (work_fixed) {
+        uint64_t off = 0;
+        if (opt->reuse && chunk) st = mp_fs_alloc_chunked(&work, work_fixed, chunk, &off);
+        else if (opt->reuse) mp_fs_alloc(&work, work_fixed, &off);
+        else work.high = work_fixed;
+        if (st) goto nomem;
+        MN_ASSERT(off == 0);
     }
     /* work roots: first fit in schedule order, in place where allowed. held[r]:
      * root r owns a block of the work arena not yet released (an in-place
-     * output takes its input's block over) */
+     * output takes its input's block over); live_bytes: the aligned bytes
+     * of the blocks held (the arena's fullest: tensor_bytes) */
+    uint64_t live_bytes = 0;
     for (int32_t t = 0; t < norder; t++) {
         int32_t id = order[t];
         const node *nd = &g->nodes[id];
@@ -351,6 +421,10 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
         if (place) {
             mp->slots[id] = (mp_slot){MP_ARENA_WORK, off, bytes};
             held[id] = opt->reuse;
+            if (!reused) { /* an in-place output takes its input's block: no more bytes */
+                live_bytes += align_up(bytes);
+                if (live_bytes > mp->tensor_bytes[MP_ARENA_WORK]) mp->tensor_bytes[MP_ARENA_WORK] = live_bytes;
+            }
         }
         /* release every work root whose last use is this position */
         if (opt->reuse) {
@@ -361,6 +435,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
                     int32_t r = root[rd->in[k]];
                     if (held[r] && last[r] == t) {
                         held[r] = 0;
+                        live_bytes -= align_up(mp->slots[r].bytes);
                         if ((st = mp_fs_release(&work, mp->slots[r].offset, align_up(mp->slots[r].bytes))))
                             goto nomem;
                     }
@@ -368,6 +443,7 @@ mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, in
             }
             if (place && held[id] && last[id] <= t) {
                 held[id] = 0;
+                live_bytes -= align_up(bytes);
                 if ((st = mp_fs_release(&work, off, align_up(bytes)))) goto nomem;
             }
         }
@@ -416,8 +492,13 @@ void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f) {
             (unsigned long long)mp->sum_bytes, MP_ALIGN);
     if (mp->chunk_bytes) fprintf(f, ", chunks of %llu bytes", (unsigned long long)mp->chunk_bytes);
     fprintf(f, "\n");
+    /* the arena = its tensors at the fullest (aligned) + padding: chunk
+     * boundaries skipped and, in the work arena, gaps between live blocks */
     for (int a = 0; a < MP_ARENA_COUNT; a++)
-        fprintf(f, "  arena %-5s %llu bytes\n", names[a], (unsigned long long)mp->arena_bytes[a]);
+        fprintf(f, "  arena %-5s %llu bytes (tensors %llu%s, padding %llu)\n", names[a],
+                (unsigned long long)mp->arena_bytes[a], (unsigned long long)mp->tensor_bytes[a],
+                a == MP_ARENA_WORK ? " live at most" : "",
+                (unsigned long long)(mp->arena_bytes[a] - mp->tensor_bytes[a]));
     for (int32_t i = 0; i < mp->n; i++) {
         const mp_slot *s = &mp->slots[i];
         if (s->arena < 0) continue;

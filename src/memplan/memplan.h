@@ -40,9 +40,30 @@ typedef struct memplan {
     int32_t n;
     uint64_t arena_bytes[MP_ARENA_COUNT];
     uint64_t sum_bytes; /* sum of all tensors' sizes, each aligned to MP_ALIGN (no reuse, no chunk padding) */
+    /* per arena, the bytes its tensors hold at its fullest, each aligned to
+     * MP_ALIGN: the pinned arenas' sums, the work arena's largest live set;
+     * arena_bytes - tensor_bytes is padding (chunk boundaries skipped, and
+     * in the work arena free gaps between live tensors) */
+    uint64_t tensor_bytes[MP_ARENA_COUNT];
     uint64_t chunk_bytes; /* the option's, a power of two if a tensor is larger (0: none) */
     size_t real_size;   /* bytes per f32 element: 4, or 8 for the CPU f64 mode */
 } memplan;
+
+/* Parallel regions, for kernels that treat many tensors as one flat range
+ * (kir.h's multi-tensor optimizer): `lanes` lanes of n tensors each, member
+ * i of the same size in every lane. Each lane's tensors are placed one
+ * after another (each aligned to MP_ALIGN, in member order) in one range of
+ * their arena that lies inside one chunk, so member i sits at the same
+ * offset from its lane's start in every lane. Lane tensors are storage
+ * roots: parameters, optimizer state, or computed tensors (gradients),
+ * which are then pinned at the bottom of the work arena for the session's
+ * life instead of living from their first write to their last read. */
+#define MP_MAX_LANES 4
+typedef struct memplan_parallel {
+    int32_t n;
+    int lanes;          /* 1 .. MP_MAX_LANES */
+    const int32_t *ids; /* n * lanes node ids: member i of lane l at ids[i * lanes + l] */
+} memplan_parallel;
 
 typedef struct memplan_options {
     size_t real_size; /* 4 or 8 */
@@ -54,6 +75,8 @@ typedef struct memplan_options {
      * root's position; a root with members is never placed in place. NULL:
      * every node is its own kernel. */
     const int32_t *kernel_root;
+    const memplan_parallel *parallel; /* the parallel regions, placed first */
+    int32_t nparallel;
 } memplan_options;
 
 /* order: the executed non-source nodes in execution order; live[i] != 0 for
@@ -61,6 +84,10 @@ typedef struct memplan_options {
 mn_status memplan_build(memplan *mp, const mn_graph *g, const int32_t *order, int32_t norder,
                         const uint8_t *live, const memplan_options *opt, char *err, size_t cap);
 void memplan_free(memplan *mp);
+/* The chunk a plan over g uses for the option chunk (live as for
+ * memplan_build): chunk, or a power of two below it when a live tensor is
+ * larger than a chunk (then paged). 0: 0. */
+uint64_t memplan_chunk(const mn_graph *g, const uint8_t *live, uint64_t chunk, size_t real_size);
 uint64_t memplan_peak(const memplan *mp);
 void memplan_dump(const memplan *mp, const mn_graph *g, FILE *f);
 

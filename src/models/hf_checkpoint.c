@@ -465,12 +465,12 @@ static bool convertible(const char *dtype) {
 mn_status mn_hf_load(mn_session *s, mn_hf_checkpoint *c, const mn_hf_param *params, int n,
                      const mn_hf_load_options *o) {
     if (!c) return MN_E_INVALID;
-    if (!s || (!params && n) || n < 0) {
-        set_err(c, "hf_load: %s", !s ? "session is NULL" : "bad parameter list");
+    const mn_hf_load_options none = {false, false, NULL, false};
+    if (!o) o = &none;
+    if ((!s && !o->check_only) || (!params && n) || n < 0) {
+        set_err(c, "hf_load: %s", !params && n ? "bad parameter list" : "session is NULL");
         return MN_E_INVALID;
     }
-    const mn_hf_load_options none = {false, false, NULL};
-    if (!o) o = &none;
     listing missing = {{0}, 0}, unexpected = {{0}, 0}, shaped = {{0}, 0}, typed = {{0}, 0};
     const char **names = calloc((size_t)n + 1, sizeof *names);
     if (!names) {
@@ -531,7 +531,7 @@ mn_status mn_hf_load(mn_session *s, mn_hf_checkpoint *c, const mn_hf_param *para
     hf_str_free(&unexpected.s);
     hf_str_free(&shaped.s);
     hf_str_free(&typed.s);
-    if (st) return st;
+    if (st || o->check_only) return st;
 
     /* every check passed: read and write one tensor at a time */
     float *buf = malloc((biggest ? biggest : 1) * sizeof *buf);

@@ -466,7 +466,7 @@ mn_status mn_llama_load(mn_llama *m, mn_session *s, mn_hf_checkpoint *c, const m
         set_err(m, "llama_load: %s is NULL", s ? "checkpoint" : "session");
         return MN_E_INVALID;
     }
-    mn_hf_load_options lo = o ? *o : (mn_hf_load_options){false, false, NULL};
+    mn_hf_load_options lo = o ? *o : (mn_hf_load_options){false, false, NULL, false};
     const char *ignore[64];
     int n = 0;
     if (m->c.tie_word_embeddings) ignore[n++] = "lm_head.weight";

@@ -324,6 +324,13 @@ static mn_status rt_unary(ox_ctx *c, unary_kind k, mn_tensor x, const unary_attr
         OX_CHECK(ox_scalar(c, 1.0f, &one));
         OX_TRY(c, mn_sub(g, y, one, x));
         return MN_OK;
+    case U_SIN: OX_TRY(c, mn_sin(g, y, x)); return MN_OK;
+    case U_COS: OX_TRY(c, mn_cos(g, y, x)); return MN_OK;
+    case U_TAN: /* sin / cos */
+        OX_TRY(c, mn_sin(g, &t1, x));
+        OX_TRY(c, mn_cos(g, &t2, x));
+        OX_TRY(c, mn_div(g, y, t1, t2));
+        return MN_OK;
     case U_GELU:
         if (a->tanh) OX_TRY(c, mn_gelu_tanh(g, y, x));
         else OX_TRY(c, mn_gelu(g, y, x));

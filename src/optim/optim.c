@@ -88,31 +88,30 @@ static mn_status add_state(mn_graph *g, int32_t *out, const node *param, const c
     return st;
 }
 
-/* Gradients of at least this many elements get their sum of squares per row
- * first (SUMSQ rows, then SUM). */
-#define SUMSQ_ROWS_FROM 4096
+/* The sum of squares of all gradients in two parallel levels: per block of
+ * SUMSQ_BLOCK consecutive elements of each gradient (SUMSQ with a block
+ * length: one workgroup per block), the blocks' sums of every gradient
+ * joined by a tree of concats (NODE_MAX_IN inputs each, in parameter
+ * order), then one SUM. The kernel plan (kir.h) turns the tree into one
+ * multi-tensor kernel when the gradients lie in parallel regions. */
+#define SUMSQ_BLOCK 4096
 
-/* Gradients whose per-row sums of squares are joined (mn_concat's most
- * inputs) before one sum: fewer dispatches than a sum per gradient. */
-#define CONCAT_MOST 6
-
-/* *total += x (*total MN_NONE: x). */
-static mn_status add_to(mn_graph *g, int32_t *total, int32_t x) {
-    if (*total == MN_NONE) {
-        *total = x;
-        return MN_OK;
+/* The concatenation of xs[0..n) (rank-1 tensors), a tree of concats of at
+ * most NODE_MAX_IN inputs level by level; xs is overwritten. */
+static mn_status concat_tree(mn_graph *g, int32_t *out, int32_t *xs, int32_t n) {
+    while (n > 1) {
+        int32_t w = 0;
+        for (int32_t i = 0; i < n; i += NODE_MAX_IN) {
+            const int32_t k = n - i < NODE_MAX_IN ? n - i : NODE_MAX_IN;
+            int32_t c = xs[i];
+            mn_status st = k > 1 ? mn_concat(g, &c, xs + i, k, 0) : MN_OK;
+            if (st) return st;
+            xs[w++] = c;
+        }
+        n = w;
     }
-    return mn_add(g, total, *total, x);
-}
-
-/* *total += the sum of every row sum in rows[0..*n) (rank-1 tensors); *n = 0. */
-static mn_status add_rows(mn_graph *g, int32_t *total, const int32_t *rows, int *n) {
-    int32_t all = rows[0], s;
-    mn_status st = *n > 1 ? mn_concat(g, &all, rows, *n, 0) : MN_OK;
-    if (!st) st = mn_sum(g, &s, all, MN_ALL_AXES, false);
-    if (!st) st = add_to(g, total, s);
-    *n = 0;
-    return st;
+    *out = xs[0];
+    return MN_OK;
 }
 
 static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
@@ -161,32 +160,25 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
     g->nodes[hyper].flags |= NODE_F_HOST;
 
     /* the sum of squares of every gradient: for clipping and for the check */
-    int32_t total = MN_NONE, rows_at[CONCAT_MOST];
-    int nrows = 0;
+    int32_t total = MN_NONE;
     if (o->clip_norm > 0.0f || check) {
-        for (int32_t i = 0; i < ngrads; i++) {
+        int32_t *blocks = malloc(((size_t)ngrads + 1) * sizeof *blocks), nb = 0;
+        if (!blocks) return graph_fail(g, MN_E_NOMEM, "optimizer: out of memory");
+        for (int32_t i = 0; i < ngrads && !st; i++) {
             if (g->nodes[i].op != OP_PARAM || grads[i] == MN_NONE) continue;
             node p;
             memset(&p, 0, sizeof p);
             p.op = OP_SUMSQ;
             p.nin = 1;
             p.in[0] = grads[i];
-            /* a large gradient in two parallel levels: per row, then the
-             * rows, joined with other gradients' (one workgroup for a whole
-             * tensor would be serial) */
-            const node *gn = &g->nodes[grads[i]];
-            const bool rows = gn->rank >= 2 && node_numel(gn) >= SUMSQ_ROWS_FROM && gn->shape[gn->rank - 1] > 0;
-            sumsq_rows_set(&p, rows);
-            int32_t sq;
-            if ((st = graph_add(g, &sq, &p))) return st;
-            if (rows) { /* summed with the rows of up to CONCAT_MOST gradients */
-                rows_at[nrows++] = sq;
-                if (nrows == CONCAT_MOST && (st = add_rows(g, &total, rows_at, &nrows))) return st;
-                continue;
-            }
-            if ((st = add_to(g, &total, sq))) return st;
+            sumsq_block_set(&p, SUMSQ_BLOCK);
+            st = graph_add(g, &blocks[nb++], &p);
         }
-        if (nrows && (st = add_rows(g, &total, rows_at, &nrows))) return st;
+        int32_t all = MN_NONE;
+        if (!st && nb) st = concat_tree(g, &all, blocks, nb);
+        if (!st && nb) st = mn_sum(g, &total, all, MN_ALL_AXES, false);
+        free(blocks);
+        if (st) return st;
     }
     if (check) {
         /* one gate: {clip coefficient or 1, non-finite flags}, read by the

@@ -32,7 +32,7 @@ static bool saved_node(const mn_session *s, const node *n) {
 
 mn_status mn_session_save(mn_session *s, const char *path) {
     if (!s) return MN_E_INVALID;
-    if (s->dead) return MN_E_STATE;
+    if (s->dead || s->iopt.plan_only) return MN_E_STATE;
     if (!path || !*path) {
         mn_fmt(s->err, sizeof s->err, "save: empty path");
         return MN_E_INVALID;
@@ -114,7 +114,7 @@ static bool shape_eq(const st_tensor *t, const node *n) {
 
 mn_status mn_session_load(mn_session *s, const char *path) {
     if (!s) return MN_E_INVALID;
-    if (s->dead) return MN_E_STATE;
+    if (s->dead || s->iopt.plan_only) return MN_E_STATE;
     if (!path) return load_fail(s, MN_E_INVALID, "(null)", "no path");
     st_file f;
     memset(&f, 0, sizeof f);

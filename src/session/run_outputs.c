@@ -81,7 +81,7 @@ static mn_status subset_for(mn_session *s, const int32_t *outs, int n, session_s
 
 mn_status mn_session_run_outputs(mn_session *s, const char *const *names, int n) {
     if (!s) return MN_E_INVALID;
-    if (s->dead) return failf(s, MN_E_STATE, "run_outputs: the session is not usable");
+    if (s->dead || s->iopt.plan_only) return failf(s, MN_E_STATE, "run_outputs: the session is not usable");
     if (!names || n < 1 || n > 64) return failf(s, MN_E_INVALID, "run_outputs: need 1..64 output names, got %d", n);
     int32_t ids[64];
     for (int i = 0; i < n; i++) {

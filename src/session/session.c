@@ -33,6 +33,24 @@ mn_session_options mn_session_default_options(void) {
     return o;
 }
 
+const char *mn_precision_name(mn_precision p) {
+    switch (p) {
+    case MN_PRECISION_STRICT: return "strict";
+    case MN_PRECISION_FAST_BF16: return "bf16";
+    case MN_PRECISION_FAST_F16: return "f16";
+    default: return "?";
+    }
+}
+
+/* The fast contract: every contraction of the session's graph (the user's
+ * and those autodiff added: the backward products) rounds its operands. */
+static void mark_precision(mn_graph *g, mn_precision p) {
+    if (p == MN_PRECISION_STRICT) return;
+    const uint32_t f = p == MN_PRECISION_FAST_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
+    for (int32_t i = 0; i < g->n; i++)
+        if (op_fuse_class(g->nodes[i].op) == FUSE_MATMUL) g->nodes[i].flags |= f;
+}
+
 const char *mn_session_error(const mn_session *s) { return s ? s->err : "no session (out of memory?)"; }
 
 static size_t real_size(const mn_session *s) { return s->iopt.f64 ? 8 : 4; }
@@ -141,6 +159,33 @@ static mn_status loss_own_storage(mn_graph *g) {
     return MN_OK;
 }
 
+/* The memory plan's parallel regions of the multi-update kernels (kir.h):
+ * lanes parameter, gradient, then the state tensors (momentum; m, v). */
+static mn_status parallel_regions(const mn_session *s, memplan_parallel **par, int32_t **lanes) {
+    const kir *k = &s->kernels;
+    *par = NULL;
+    *lanes = NULL;
+    if (!k->nmulti) return MN_OK;
+    size_t total = 0;
+    for (int32_t i = 0; i < k->nmulti; i++) total += (size_t)k->multi[i].n * MP_MAX_LANES;
+    *par = calloc((size_t)k->nmulti, sizeof **par);
+    *lanes = malloc(total * sizeof **lanes);
+    if (!*par || !*lanes) return MN_E_NOMEM;
+    size_t at = 0;
+    for (int32_t i = 0; i < k->nmulti; i++) {
+        const kir_multi *m = &k->multi[i];
+        const int nl = s->g->nodes[m->root].op == OP_ADAM_UPDATE ? 4 : 3;
+        (*par)[i] = (memplan_parallel){m->n, nl, *lanes + at};
+        for (int32_t j = 0; j < m->n; j++) {
+            const node *u = &s->g->nodes[k->multi_ids[m->first + j]];
+            (*lanes)[at++] = u->in[0];
+            (*lanes)[at++] = u->in[1];
+            for (int l = 2; l < nl; l++) (*lanes)[at++] = u->in[l];
+        }
+    }
+    return MN_OK;
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
     const mn_session_options *o = &s->opt;
@@ -164,6 +209,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (training && !s->iopt.grads_only && (st = optim_validate(&o->optim, s->err, sizeof s->err))) return st;
     if ((int)o->nonfinite < MN_NONFINITE_SKIP || o->nonfinite > MN_NONFINITE_UNCHECKED)
         return fail(s, MN_E_INVALID, "session: unknown nonfinite policy %d (skip, apply, unchecked)", (int)o->nonfinite);
+    if ((st = session_dist_validate(s, s->err, sizeof s->err))) return st;
+    if ((int)o->precision < MN_PRECISION_STRICT || o->precision > MN_PRECISION_FAST_F16)
+        return fail(s, MN_E_INVALID, "session: unknown precision %d (strict, fast bf16, fast f16)", (int)o->precision);
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
@@ -177,7 +225,9 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
+        if (!s->iopt.grads_only) session_dist_mark(s);
     }
+    mark_precision(g, o->precision);
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
     const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
@@ -220,33 +270,52 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         for (int32_t i = 0; i < s->nuser; i++)
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
     st = schedule_build(&s->sched, g, live, fwd);
+    /* the device first (the session's own when none is shared): its limit
+     * on one binding is the memory plan's chunk size and bounds the
+     * multi-tensor kernels' regions */
+    const bool plan_only = s->iopt.plan_only;
+    if (!st && !plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
+        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    const uint64_t chunk = st ? 0 : plan_only ? s->iopt.plan_chunk
+                           : s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
     if (!st) {
         kir_options ko;
-        char kerr[160];
-        if ((st = kir_options_from_env(&ko, s->be->fuse_pointwise, kerr, sizeof kerr))) fail(s, st, "session: %s", kerr);
-        else st = kir_build(&s->kernels, g, &s->sched, &ko);
+        char kerr[200];
+        if ((st = kir_options_from_env(&ko, s->be->fuse_pointwise, kerr, sizeof kerr))) {
+            fail(s, st, "session: %s", kerr);
+        } else {
+            ko.multi_bytes = memplan_chunk(g, live, chunk, real_size(s));
+            st = kir_build(&s->kernels, g, &s->sched, &ko);
+        }
     }
-    /* the device first (the session's own when none is shared): its limit
-     * on one binding is the memory plan's chunk size */
-    if (!st && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
-        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    memplan_parallel *par = NULL;
+    int32_t *lanes = NULL;
+    if (!st && (st = parallel_regions(s, &par, &lanes))) fail(s, st, "session: out of memory");
     if (!st) {
-        uint64_t chunk = s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
-        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk, s->kernels.fused ? s->kernels.root : NULL};
+        memplan_options mo = {real_size(s), !s->iopt.no_reuse, chunk, s->kernels.fused ? s->kernels.root : NULL,
+                              par, s->kernels.nmulti};
         st = memplan_build(&s->plan, g, s->sched.order, s->sched.n, live, &mo, s->err, sizeof s->err);
     }
+    free(par);
+    free(lanes);
     free(live);
     free(fwd);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
+    if (plan_only) {
+        dump_env(s);
+        return MN_OK;
+    }
     /* the backend keeps pointers into the program: it lives in the session */
     s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
-                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL};
+                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->kernels.fused ? s->kernels.kind : NULL};
     if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
     if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
     if ((st = session_init_values(s))) return st;
+    if (!s->iopt.grads_only && (st = session_dist_build(s)))
+        return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     dump_env(s);
     return MN_OK;
 }
@@ -282,8 +351,10 @@ void mn_session_destroy(mn_session *s) {
     schedule_free(&s->sched);
     kir_free(&s->kernels);
     session_subsets_free(s);
+    session_dist_free(s->dist);
     mn_graph_destroy(s->g);
     free(s->grads);
+    free(s->host_bound);
     for (int i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);
     free(s->meta);
     free(s);
@@ -297,6 +368,7 @@ static mn_status alive(mn_session *s) {
         if (!s->err[0]) fail(s, MN_E_STATE, "session is not usable");
         return MN_E_STATE;
     }
+    if (s->iopt.plan_only) return fail(s, MN_E_STATE, "session: a plan-only session runs nothing");
     return MN_OK;
 }
 
@@ -316,6 +388,8 @@ mn_status mn_session_set_input(mn_session *s, const char *name, const void *data
     if (st) return st;
     int32_t id = find_named(s, name, OP_INPUT);
     if (id == MN_NONE) return fail(s, MN_E_NOT_FOUND, "set_input: no input named '%s'", name ? name : "(null)");
+    if (s->host_bound && s->host_bound[id])
+        return fail(s, MN_E_STATE, "set_input '%s': the input is bound to a host Vulkan buffer; write it there", name);
     const node *n = &s->g->nodes[id];
     size_t want = (size_t)node_numel(n) * 4;
     char sb[96];
@@ -343,8 +417,11 @@ mn_status mn_session_step(mn_session *s) {
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
     if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;
-    if ((st = s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err))) {
+    /* data parallel: forward + backward, all-reduce, updates (dist.c) */
+    st = s->dist ? session_dist_step(s) : s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err);
+    if (st) {
         s->have_loss = false;
+        if (s->dist) s->dead = true; /* the ranks' sequence of all-reduces is broken */
         return st;
     }
     s->have_loss = true;
@@ -392,6 +469,8 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
     int32_t id = find_named(s, name, OP_COUNT);
     if (id == MN_NONE || !(s->g->nodes[id].flags & (NODE_F_OUTPUT | NODE_F_LOSS)))
         return fail(s, MN_E_NOT_FOUND, "output: no output named '%s'", name ? name : "(null)");
+    if (s->host_bound && s->host_bound[id])
+        return fail(s, MN_E_STATE, "output '%s': the output is bound to a host Vulkan buffer; read it there", name);
     const node *n = &s->g->nodes[id];
     size_t want = (size_t)node_numel(n) * 4;
     char sb[96];

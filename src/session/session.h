@@ -20,6 +20,14 @@ typedef struct session_internal_options {
                         stay readable through session_grad_of() */
     uint64_t header_limit; /* checkpoint header limit in bytes; 0: the safetensors
                               limit (ST_MAX_HEADER_BYTES); tests lower it */
+    /* Plan only: build up to the kernel and memory plans of the session's
+     * backend (its fusion, MEGANEURA_FUSION honoured) without opening a
+     * device, allocating or initialising anything; the memory plan uses
+     * chunks of plan_chunk bytes (0: none) in place of the device's
+     * binding limit. Such a session answers dumps and memory queries only
+     * (tests and tools counting dispatches of full-size models). */
+    bool plan_only;
+    uint64_t plan_chunk;
 } session_internal_options;
 
 struct mn_device {
@@ -71,6 +79,8 @@ struct mn_session {
     int nmeta;
     session_subset subsets[SESSION_MAX_SUBSETS]; /* mn_session_run_outputs (run_outputs.c) */
     int nsubsets;
+    uint8_t *host_bound; /* per node: bound to a host buffer (vulkan_host.c), or NULL */
+    struct session_dist *dist; /* data-parallel steps (dist.c), NULL for one process */
 };
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,
@@ -90,6 +100,18 @@ uint64_t session_header_bound(const mn_session *s);
 /* Initial values of every parameter, state and input (init.c): the last
  * build step. */
 mn_status session_init_values(mn_session *s);
+/* Data-parallel training (dist.c, mn_session_options.dist). validate: the
+ * options; mark: flags the gradient roots NODE_F_SYNC (after autodiff and
+ * optim, before kernels are planned); build: buckets, the handshake with
+ * the other ranks, the communication thread (after the backend exists);
+ * step: executes the step's order with the all-reduce between the backward
+ * pass and the updates (mn_session_step, instead of one execute). */
+typedef struct session_dist session_dist;
+mn_status session_dist_validate(mn_session *s, char *err, size_t cap);
+mn_status session_dist_mark(mn_session *s);
+mn_status session_dist_build(mn_session *s);
+mn_status session_dist_step(mn_session *s);
+void session_dist_free(session_dist *x);
 /* Executes the whole order without touching step/hyper (grads_only sessions). */
 mn_status session_forward_backward(mn_session *s);
 

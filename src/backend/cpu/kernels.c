@@ -14,7 +14,17 @@
 #include "graph/pointwise.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <tgmath.h>
+
+/* Threads for the large matrix products (kernels_impl.h gemm): the session's
+ * thread count (MEGANEURA_THREADS, else the online CPUs), at most
+ * KN_MAX_THREADS. Results do not depend on it. */
+#define KN_MAX_THREADS 16
+static int kn_threads(void) {
+    int t = mn_thread_count();
+    return t < 1 ? 1 : t > KN_MAX_THREADS ? KN_MAX_THREADS : t;
+}
 
 /* ---- shape helpers ------------------------------------------------------- */
 

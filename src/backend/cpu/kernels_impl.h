@@ -38,33 +38,121 @@ static inline bool KN(beats)(real v, real best) { return v > best || (v != v && 
 /* ---- matmul -------------------------------------------------------------- */
 
 /* c[M,N] = op(a) @ op(b); op(a) is [M,K] (a stored [K,M] if ta), op(b) is
- * [K,N] (b stored [N,K] if tb). The loop order keeps the innermost loop
- * contiguous where the layout allows it. */
-static void KN(gemm)(real *restrict c, const real *restrict a, const real *restrict b, int64_t M,
-                     int64_t K, int64_t N, bool ta, bool tb) {
-    if (!tb) { /* i-k-j: c[i,:] += a(i,k) * b[k,:] */
-        for (int64_t i = 0; i < M; i++) {
-            real *crow = c + i * N;
-            for (int64_t j = 0; j < N; j++) crow[j] = 0;
-            for (int64_t k = 0; k < K; k++) {
-                const real aik = ta ? a[k * M + i] : a[i * K + k];
-                const real *brow = b + k * N;
-                for (int64_t j = 0; j < N; j++) crow[j] += aik * brow[j];
+ * [K,N] (b stored [N,K] if tb).
+ *
+ * The reference order: every c[i,j] is 0 + a(i,0) b(0,j) + a(i,1) b(1,j) + ...
+ * in k order, one multiply and one add at a time (no fused multiply-add, no
+ * reassociation). The loops below keep exactly that order per element and
+ * only change which elements advance together: rows in groups of KN_GR
+ * (each b value loaded once for the group), columns in tiles that stay in
+ * the cache, and for a stored-transposed b a tile of KN_GC of its rows
+ * copied k-major so the innermost loop runs over contiguous columns. */
+#ifndef KN_GR
+#define KN_GR 4    /* rows advanced together */
+#define KN_GC 16   /* columns of a transposed-b tile */
+#define KN_JT 1024 /* columns of a c row tile (i-k-j form) */
+#define KN_KS 256  /* k of a transposed-b tile */
+#endif
+static void KN(gemm_rows)(real *restrict c, const real *restrict a, const real *restrict b, int64_t M,
+                          int64_t K, int64_t N, bool ta, bool tb, int64_t ib, int64_t ie) {
+    if (!tb) { /* i-k-j: c[i,:] += a(i,k) * b[k,:], KN_GR rows and KN_JT columns at a time */
+        for (int64_t i0 = ib; i0 < ie; i0 += KN_GR) {
+            const int64_t nr = ie - i0 < KN_GR ? ie - i0 : KN_GR;
+            for (int64_t j0 = 0; j0 < N; j0 += KN_JT) {
+                const int64_t nj = N - j0 < KN_JT ? N - j0 : KN_JT;
+                for (int64_t r = 0; r < nr; r++)
+                    for (int64_t j = 0; j < nj; j++) c[(i0 + r) * N + j0 + j] = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    const real *brow = b + k * N + j0;
+                    if (nr == KN_GR) {
+                        real *c0 = c + i0 * N + j0, *c1 = c0 + N, *c2 = c1 + N, *c3 = c2 + N;
+                        const real a0 = ta ? a[k * M + i0] : a[i0 * K + k];
+                        const real a1 = ta ? a[k * M + i0 + 1] : a[(i0 + 1) * K + k];
+                        const real a2 = ta ? a[k * M + i0 + 2] : a[(i0 + 2) * K + k];
+                        const real a3 = ta ? a[k * M + i0 + 3] : a[(i0 + 3) * K + k];
+                        for (int64_t j = 0; j < nj; j++) {
+                            const real bv = brow[j];
+                            c0[j] += a0 * bv;
+                            c1[j] += a1 * bv;
+                            c2[j] += a2 * bv;
+                            c3[j] += a3 * bv;
+                        }
+                    } else {
+                        for (int64_t r = 0; r < nr; r++) {
+                            const real air = ta ? a[k * M + i0 + r] : a[(i0 + r) * K + k];
+                            real *cr = c + (i0 + r) * N + j0;
+                            for (int64_t j = 0; j < nj; j++) cr[j] += air * brow[j];
+                        }
+                    }
+                }
             }
         }
-    } else { /* b stored [N,K]: dot products along k */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) {
-                const real *bcol = b + j * K;
-                real s = 0;
-                if (!ta) {
-                    const real *arow = a + i * K;
-                    for (int64_t k = 0; k < K; k++) s += arow[k] * bcol[k];
-                } else {
-                    for (int64_t k = 0; k < K; k++) s += a[k * M + i] * bcol[k];
+        return;
+    }
+    /* b stored [N,K]: a tile of KN_GC of its rows and KN_KS of k copied
+     * k-major into bt (each b value copied once), then for every row of
+     * op(a) the tile's KN_GC dot products advance together over the slice;
+     * between slices the partial sums wait in c (stored as real: the same
+     * value a register held) */
+    real bt[KN_GC * KN_KS];
+    for (int64_t j0 = 0; j0 < N; j0 += KN_GC) {
+        const int64_t nc = N - j0 < KN_GC ? N - j0 : KN_GC;
+        for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += KN_KS) {
+            const int64_t nk = K - k0 < KN_KS ? K - k0 : KN_KS;
+            for (int64_t kk = 0; kk < nk; kk++)
+                for (int64_t jj = 0; jj < KN_GC; jj++) bt[kk * KN_GC + jj] = jj < nc ? b[(j0 + jj) * K + k0 + kk] : 0;
+            for (int64_t i = ib; i < ie; i++) {
+                real s[KN_GC];
+                for (int64_t jj = 0; jj < KN_GC; jj++) s[jj] = k0 == 0 || jj >= nc ? 0 : c[i * N + j0 + jj];
+                for (int64_t kk = 0; kk < nk; kk++) {
+                    const real av = ta ? a[(k0 + kk) * M + i] : a[i * K + k0 + kk];
+                    const real *bk = bt + kk * KN_GC;
+                    for (int64_t jj = 0; jj < KN_GC; jj++) s[jj] += av * bk[jj];
                 }
-                c[i * N + j] = s;
+                for (int64_t jj = 0; jj < nc; jj++) c[i * N + j0 + jj] = s[jj];
             }
+            if (K == 0) break;
+        }
+    }
+}
+
+typedef struct KN(gemm_job) {
+    real *c;
+    const real *a, *b;
+    int64_t M, K, N, ib, ie;
+    bool ta, tb;
+} KN(gemm_job);
+
+static void *KN(gemm_thread)(void *arg) {
+    const KN(gemm_job) *j = arg;
+    KN(gemm_rows)(j->c, j->a, j->b, j->M, j->K, j->N, j->ta, j->tb, j->ib, j->ie);
+    return NULL;
+}
+
+/* The product on up to kn_threads() threads, each a range of rows (whole
+ * groups of KN_GR): every element is computed as above by one thread, so the
+ * bits do not depend on the thread count. Small products stay on one. */
+static void KN(gemm)(real *restrict c, const real *restrict a, const real *restrict b, int64_t M,
+                     int64_t K, int64_t N, bool ta, bool tb) {
+    int nt = (double)M * (double)K * (double)N >= (double)(1 << 22) ? kn_threads() : 1;
+    if ((int64_t)nt * KN_GR * 2 > M) nt = (int)(M / (KN_GR * 2));
+    if (nt <= 1) {
+        KN(gemm_rows)(c, a, b, M, K, N, ta, tb, 0, M);
+        return;
+    }
+    KN(gemm_job) jobs[KN_MAX_THREADS];
+    pthread_t th[KN_MAX_THREADS];
+    bool started[KN_MAX_THREADS] = {false};
+    const int64_t groups = (M + KN_GR - 1) / KN_GR;
+    for (int t = 0; t < nt; t++) {
+        jobs[t] = (KN(gemm_job)){c, a, b, M, K, N, groups * t / nt * KN_GR, groups * (t + 1) / nt * KN_GR, ta, tb};
+        if (jobs[t].ie > M) jobs[t].ie = M;
+    }
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, KN(gemm_thread), &jobs[t]) == 0;
+    KN(gemm_thread)(&jobs[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(th[t], NULL);
+        else KN(gemm_thread)(&jobs[t]); /* could not start: this thread does its rows */
     }
 }
 
@@ -157,6 +245,8 @@ KN_UNARY(tanh, tanh(v))
 KN_UNARY(gelu, KN(gelu1)(v))
 KN_UNARY(gelu_tanh, KN(gelu_tanh1)(v))
 KN_UNARY(silu, v * KN(sigmoid1)(v))
+KN_UNARY(sin, sin(v))
+KN_UNARY(cos, cos(v))
 #undef KN_UNARY
 
 KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }
@@ -622,6 +712,8 @@ static inline real KN(dunary)(op_id op, real x, real y) {
         const real s = KN(sigmoid1)(x);
         return s * ((real)1 + x * ((real)1 - s));
     }
+    case OP_SIN: return cos(x);
+    case OP_COS: return -sin(x);
     default: MN_ASSERT(!"unary_bwd: the forward op is not a differentiable unary op"); return 0;
     }
 }
@@ -731,16 +823,16 @@ KN_DEF(step_gate) {
     (void)g;
 }
 
-/* x -> sum(x*x), scalar, or one per row of the last axis. */
+/* x -> sum(x*x), scalar, or one per block of sumsq_block consecutive elements. */
 KN_DEF(sumsq) {
     const real *x = in[0];
-    const int64_t cnt = kn_numel(kn_in(g, n, 0)), len = sumsq_rows(n) ? KN(lastdim)(kn_in(g, n, 0)) : cnt;
-    for (int64_t r = 0; len > 0 && r < cnt / len; r++) {
+    const int64_t cnt = kn_numel(kn_in(g, n, 0)), len = sumsq_block(n) > 0 ? sumsq_block(n) : cnt;
+    const int64_t nb = sumsq_block(n) > 0 ? sumsq_blocks(cnt, len) : 1;
+    for (int64_t r = 0; r < nb; r++) {
         double s = 0;
-        for (int64_t i = r * len; i < (r + 1) * len; i++) s += (double)x[i] * (double)x[i];
+        for (int64_t i = r * len; i < (r + 1) * len && i < cnt; i++) s += (double)x[i] * (double)x[i];
         ((real *)out)[r] = (real)s;
     }
-    if (len == 0) *(real *)out = 0;
 }
 
 /* abs, clamp, pow, where, dropout, pw_bwd, ce_count */

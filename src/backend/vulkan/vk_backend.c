@@ -42,6 +42,7 @@
  * Does not: generate GLSL (vk_codegen*.c), pick devices (vk_device.c).
  */
 #include "backend/vulkan/vk_backend_impl.h"
+#include "meganeura_vulkan.h"
 
 static double now_us(void);
 
@@ -61,7 +62,7 @@ static int node_accesses(const vkb *b, int32_t id, vk_access *acc) {
     const node_rt *rt = &b->rt[id];
     int na = 0;
     for (int k = 0; k < rt->nopnd; k++) {
-        operand_span o = vkb_operand(b, rt->opnd[k]);
+        operand_span o = vkb_operand_of(b, rt, k);
         if (!o.live) continue;
         acc[na++] = (vk_access){o.buf, k == 0, o.at, o.at + o.span};
         if (rt->written & (1u << k)) acc[na++] = (vk_access){o.buf, true, o.at, o.at + o.span};
@@ -187,17 +188,8 @@ static int rb_index(const vkb *b, int32_t id) {
 
 /* ---- submission ---------------------------------------------------------- */
 
-static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err, size_t cap) {
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = n;
-    si.pCommandBuffers = cbs;
-    VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
-    if (b->fault_submits > 0 && --b->fault_submits == 0)
-        return vkb_fail(b, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault)", err, cap);
-    double t0 = b->profile ? now_us() : 0;
-    VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
-    double t1 = b->profile ? now_us() : 0;
-    b->host_submit_us += t1 - t0;
+/* Waits for the fence of the last submission (spinning briefly first). */
+static mn_status wait_fence(vkb *b, double t1, char *err, size_t cap) {
     /* Small steps finish in tens of microseconds: poll the fence for up to
      * 2 ms (as CUDA's default synchronisation spins) so the latency does not
      * depend on how the driver decides to sleep, then block. Not on a CPU
@@ -215,6 +207,59 @@ static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err
     VKCHECK(vkWaitForFences(b->c.device, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
     if (b->profile) b->host_wait_us += now_us() - t1;
     return MN_OK;
+}
+
+/* An earlier no_wait submission (mn_vulkan_submit) done: its fence, command
+ * buffers and staging bytes are free again. */
+static mn_status settle(vkb *b, char *err, size_t cap) {
+    if (!b->inflight) return MN_OK;
+    b->inflight = false;
+    return wait_fence(b, now_us(), err, cap);
+}
+
+/* Submits cbs on the session's queue with the host's semaphores (sub, may
+ * be NULL), then waits for it unless sub->no_wait. */
+static mn_status submit_sync(vkb *b, VkCommandBuffer *cbs, uint32_t n, const mn_vulkan_submit *sub, char *err,
+                             size_t cap) {
+    mn_status st = settle(b, err, cap);
+    if (st) return st;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = n;
+    si.pCommandBuffers = cbs;
+    VkPipelineStageFlags stages[16];
+    VkTimelineSemaphoreSubmitInfo ti = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO};
+    if (sub) {
+        si.waitSemaphoreCount = sub->wait_count;
+        si.pWaitSemaphores = sub->wait_semaphores;
+        si.pWaitDstStageMask = sub->wait_stages ? sub->wait_stages : stages;
+        for (uint32_t i = 0; i < sub->wait_count && !sub->wait_stages; i++)
+            stages[i] = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+        si.signalSemaphoreCount = sub->signal_count;
+        si.pSignalSemaphores = sub->signal_semaphores;
+        if (sub->wait_values || sub->signal_values) {
+            ti.waitSemaphoreValueCount = sub->wait_values ? sub->wait_count : 0;
+            ti.pWaitSemaphoreValues = sub->wait_values;
+            ti.signalSemaphoreValueCount = sub->signal_values ? sub->signal_count : 0;
+            ti.pSignalSemaphoreValues = sub->signal_values;
+            si.pNext = &ti;
+        }
+    }
+    VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
+    if (b->fault_submits > 0 && --b->fault_submits == 0)
+        return vkb_fail(b, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault)", err, cap);
+    double t0 = b->profile ? now_us() : 0;
+    VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
+    double t1 = b->profile ? now_us() : 0;
+    b->host_submit_us += t1 - t0;
+    if (sub && sub->no_wait) {
+        b->inflight = true;
+        return MN_OK;
+    }
+    return wait_fence(b, t1, err, cap);
+}
+
+static mn_status submit_wait(vkb *b, VkCommandBuffer *cbs, uint32_t n, char *err, size_t cap) {
+    return submit_sync(b, cbs, n, NULL, err, cap);
 }
 
 /* Records the pending uploads into upload_cb (not submitted). Copies to
@@ -275,7 +320,8 @@ static mn_status record_uploads(vkb *b, char *err, size_t cap) {
 
 static mn_status flush_uploads(vkb *b, char *err, size_t cap) {
     if (!b->npending) return MN_OK;
-    mn_status st = record_uploads(b, err, cap);
+    mn_status st = settle(b, err, cap); /* upload_cb may be pending */
+    if (!st) st = record_uploads(b, err, cap);
     if (!st) st = submit_wait(b, &b->upload_cb, 1, err, cap);
     b->npending = 0;
     b->staging_used = 0;
@@ -291,7 +337,7 @@ static mn_status check_usable(vkb *b, char *err, size_t cap) {
 static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, char *err, size_t cap) {
     vkb *b = bp;
     mn_status st = check_usable(b, err, cap);
-    if (st) return st;
+    if (st || (st = settle(b, err, cap))) return st; /* the staging bytes may still be read */
     const mp_slot *s = &b->p->plan->slots[id];
     if (s->arena < 0 || bytes != s->bytes) {
         mn_fmt(err, cap, "vulkan: write of %zu bytes to node %d (%s), whose storage is %llu bytes", bytes, id,
@@ -336,7 +382,7 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
 static mn_status vkb_fill(void *bp, int32_t id, uint32_t pattern, char *err, size_t cap) {
     vkb *b = bp;
     mn_status st = check_usable(b, err, cap);
-    if (st) return st;
+    if (st || (st = settle(b, err, cap))) return st;
     const mp_slot *s = &b->p->plan->slots[id];
     if (s->arena < 0 || s->bytes % 4 || s->offset % 4) {
         mn_fmt(err, cap, "vulkan: fill of node %d (%s): storage of %llu bytes at %llu is not whole 32-bit words", id,
@@ -371,7 +417,7 @@ static mn_status vkb_fill(void *bp, int32_t id, uint32_t pattern, char *err, siz
 static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *err, size_t cap) {
     vkb *b = bp;
     mn_status st = check_usable(b, err, cap);
-    if (st || (st = flush_uploads(b, err, cap))) return st;
+    if (st || (st = settle(b, err, cap)) || (st = flush_uploads(b, err, cap))) return st;
     const mp_slot *s = &b->p->plan->slots[id];
     if (s->arena < 0 || bytes != s->bytes) {
         mn_fmt(err, cap, "vulkan: read of %zu bytes from node %d (%s), whose storage is %llu bytes", bytes, id,
@@ -444,10 +490,10 @@ static void collect_profile(vkb *b, const recorded *rc) {
     free(ts);
 }
 
-static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err, size_t cap) {
-    vkb *b = bp;
+static mn_status execute_sync(vkb *b, const int32_t *list, int32_t n, const mn_vulkan_submit *sub, char *err,
+                              size_t cap) {
     mn_status st = check_usable(b, err, cap);
-    if (st) return st;
+    if (st || (st = settle(b, err, cap))) return st; /* its command buffers may be pending */
     recorded *rc = NULL;
     for (int i = 0; i < b->nrec; i++)
         if (b->rec[i].list == list && b->rec[i].n == n) rc = &b->rec[i];
@@ -473,11 +519,108 @@ static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err
     b->executes++;
     cbs[ncb++] = rc->cb;
     b->trace_clock_us = now_us();
-    st = submit_wait(b, cbs, ncb, err, cap);
+    st = submit_sync(b, cbs, ncb, sub, err, cap);
     b->npending = 0;
     b->staging_used = 0;
-    for (int k = 0; k < b->p->nreadback; k++) b->rb_fresh[k] = !st && (rc->rb_mask >> k & 1u);
-    if (!st && b->profile) collect_profile(b, rc);
+    /* a no_wait submission's readbacks are not there yet: read them the slow way */
+    for (int k = 0; k < b->p->nreadback; k++) b->rb_fresh[k] = !st && !b->inflight && (rc->rb_mask >> k & 1u);
+    if (!st && !b->inflight && b->profile) collect_profile(b, rc);
+    return st;
+}
+
+static mn_status vkb_execute(void *bp, const int32_t *list, int32_t n, char *err, size_t cap) {
+    return execute_sync(bp, list, n, NULL, err, cap);
+}
+
+static mn_status vkb_execute_sync(void *bp, const int32_t *list, int32_t n, const void *sub, char *err, size_t cap) {
+    vkb *b = bp;
+    const mn_vulkan_submit *su = sub;
+    if (su && (su->wait_count > 16 || (su->wait_count && !su->wait_semaphores) ||
+               (su->signal_count && !su->signal_semaphores))) {
+        mn_fmt(err, cap, "vulkan: run_vulkan: %s", su->wait_count > 16 ? "at most 16 wait semaphores"
+                                                   : "a semaphore count without its array");
+        return MN_E_INVALID;
+    }
+    if (su && (su->wait_values || su->signal_values) && !b->c.timeline) {
+        mn_fmt(err, cap, "vulkan: run_vulkan: timeline semaphore values given, but the device %s",
+               b->c.external ? "was not described with timelineSemaphore enabled (Vulkan 1.2)"
+                             : "is the library's own (it enables no timeline semaphores)");
+        return MN_E_UNSUPPORTED;
+    }
+    return execute_sync(b, list, n, su, err, cap);
+}
+
+/* ---- host buffers (meganeura_vulkan.h) ------------------------------------ */
+
+/* Binds storage root `id` to the host's buffer range (NULL handle: unbinds),
+ * rewrites the descriptor sets that use it and drops the recorded command
+ * buffers (recorded again at the next execute). */
+static mn_status vkb_bind_external(void *bp, int32_t id, const void *bufp, char *err, size_t cap) {
+    vkb *b = bp;
+    const mn_vulkan_buffer *hb = bufp;
+    mn_status st = check_usable(b, err, cap);
+    if (st || (st = settle(b, err, cap))) return st;
+    const mp_slot *sl = &b->p->plan->slots[id];
+    const node *n = &b->p->g->nodes[id];
+    const char *name = n->name ? n->name : op_table[n->op].name;
+    if (memplan_root(b->p->g, id) != id || sl->arena != MP_ARENA_IO) {
+        mn_fmt(err, cap, "vulkan: '%s' has no storage of its own (a view of another tensor): it cannot be bound to "
+               "a host buffer", name);
+        return MN_E_UNSUPPORTED;
+    }
+    if (hb && hb->buffer) {
+        if (hb->offset % b->c.caps.offset_align) {
+            mn_fmt(err, cap, "vulkan: '%s': host buffer offset %llu is not a multiple of minStorageBufferOffsetAlignment "
+                   "(%u)", name, (unsigned long long)hb->offset, b->c.caps.offset_align);
+            return MN_E_INVALID;
+        }
+        if (hb->size < sl->bytes) {
+            mn_fmt(err, cap, "vulkan: '%s': host buffer range of %llu bytes, the tensor needs %llu", name,
+                   (unsigned long long)hb->size, (unsigned long long)sl->bytes);
+            return MN_E_INVALID;
+        }
+        if (sl->bytes > b->c.props.limits.maxStorageBufferRange) {
+            mn_fmt(err, cap, "vulkan: '%s': %llu bytes, more than one storage binding on '%s' holds (%u)", name,
+                   (unsigned long long)sl->bytes, b->c.props.deviceName, b->c.props.limits.maxStorageBufferRange);
+            return MN_E_UNSUPPORTED;
+        }
+    }
+    if (!b->ext_of && !(b->ext_of = calloc((size_t)b->p->g->n + 1, sizeof *b->ext_of))) return MN_E_NOMEM;
+    int32_t k = b->ext_of[id] - 1;
+    if (hb && hb->buffer) {
+        if (k < 0) {
+            for (int i = 0; i < b->next && k < 0; i++)
+                if (b->ext[i].node < 0) k = i;
+            if (k < 0) {
+                if (b->next == b->cap_ext) {
+                    int c2 = b->cap_ext ? 2 * b->cap_ext : 8;
+                    ext_binding *ne = realloc(b->ext, (size_t)c2 * sizeof *ne);
+                    if (!ne) return MN_E_NOMEM;
+                    b->ext = ne, b->cap_ext = c2;
+                }
+                k = b->next++;
+            }
+        }
+        b->ext[k] = (ext_binding){id, hb->buffer, hb->offset, hb->size};
+        b->ext_of[id] = k + 1;
+    } else if (k >= 0) {
+        b->ext[k].node = -1;
+        b->ext_of[id] = 0;
+    } else {
+        return MN_OK; /* not bound: nothing changes */
+    }
+    /* every dispatch with an operand stored in id */
+    for (int32_t i = 0; i < b->p->norder && !st; i++) {
+        int32_t d = b->p->order[i];
+        const node_rt *rt = &b->rt[d];
+        if (rt->pipe < 0) continue;
+        bool uses = false;
+        for (int j = 0; j < rt->nopnd && !uses; j++) uses = memplan_root(b->p->g, rt->opnd[j]) == id;
+        if (uses) st = vkb_write_set(b, d, err, cap);
+    }
+    for (int i = 0; i < b->nrec; i++)
+        if (b->rec[i].cb) vkFreeCommandBuffers(b->c.device, b->pool, 1, &b->rec[i].cb);
+    b->nrec = 0;
     return st;
 }
 
@@ -525,28 +668,35 @@ static void vkb_destroy(void *bp) {
     if (!b) return;
     VkDevice d = b->c.device;
     if (d) {
-        vkDeviceWaitIdle(d);
+        /* a host's device: wait for our own submissions only (waiting for the
+         * device would need every queue of the host externally synchronised) */
+        if (b->c.external) {
+            char e[8];
+            settle(b, e, sizeof e);
+        } else {
+            vkDeviceWaitIdle(d);
+        }
         if (b->profile && b->prof) print_profile(b);
         vkb_pcache_save(b);
         for (int i = 0; i < b->npipes; i++) {
-            vkDestroyPipeline(d, b->pipes[i].pipeline, NULL);
-            vkDestroyShaderModule(d, b->pipes[i].module, NULL);
+            vkDestroyPipeline(d, b->pipes[i].pipeline, b->c.alloc);
+            vkDestroyShaderModule(d, b->pipes[i].module, b->c.alloc);
         }
-        if (b->pcache) vkDestroyPipelineCache(d, b->pcache, NULL);
-        if (b->qpool) vkDestroyQueryPool(d, b->qpool, NULL);
-        if (b->fence) vkDestroyFence(d, b->fence, NULL);
-        if (b->pool) vkDestroyCommandPool(d, b->pool, NULL);
-        if (b->dpool) vkDestroyDescriptorPool(d, b->dpool, NULL);
+        if (b->pcache && b->pcache != b->c.host_pcache) vkDestroyPipelineCache(d, b->pcache, b->c.alloc);
+        if (b->qpool) vkDestroyQueryPool(d, b->qpool, b->c.alloc);
+        if (b->fence) vkDestroyFence(d, b->fence, b->c.alloc);
+        if (b->pool) vkDestroyCommandPool(d, b->pool, b->c.alloc);
+        if (b->dpool) vkDestroyDescriptorPool(d, b->dpool, b->c.alloc);
         for (int i = 0; i < b->nlays; i++) {
-            if (b->lays[i].layout) vkDestroyPipelineLayout(d, b->lays[i].layout, NULL);
-            if (b->lays[i].dsl) vkDestroyDescriptorSetLayout(d, b->lays[i].dsl, NULL);
+            if (b->lays[i].layout) vkDestroyPipelineLayout(d, b->lays[i].layout, b->c.alloc);
+            if (b->lays[i].dsl) vkDestroyDescriptorSetLayout(d, b->lays[i].dsl, b->c.alloc);
         }
-        if (b->staging) vkDestroyBuffer(d, b->staging, NULL);
-        if (b->staging_mem) vkFreeMemory(d, b->staging_mem, NULL);
+        if (b->staging) vkDestroyBuffer(d, b->staging, b->c.alloc);
+        if (b->staging_mem) vkFreeMemory(d, b->staging_mem, b->c.alloc);
         for (int a = 0; a < MP_ARENA_COUNT; a++)
             for (uint32_t k = 0; k < b->nchunks[a]; k++) {
-                if (b->bufs[a] && b->bufs[a][k]) vkDestroyBuffer(d, b->bufs[a][k], NULL);
-                if (b->mems[a] && b->mems[a][k]) vkFreeMemory(d, b->mems[a][k], NULL);
+                if (b->bufs[a] && b->bufs[a][k]) vkDestroyBuffer(d, b->bufs[a][k], b->c.alloc);
+                if (b->mems[a] && b->mems[a][k]) vkFreeMemory(d, b->mems[a][k], b->c.alloc);
             }
     }
     if (b->trace) {
@@ -562,6 +712,8 @@ static void vkb_destroy(void *bp) {
         free(b->bufs[a]);
         free(b->mems[a]);
     }
+    free(b->ext_of);
+    free(b->ext);
     free(b->pipes);
     free(b->lays);
     free(b->pending);
@@ -596,7 +748,7 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
         pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
         pi.queueFamilyIndex = b->c.queue_family;
-        VkResult r = vkCreateCommandPool(b->c.device, &pi, NULL, &b->pool);
+        VkResult r = vkCreateCommandPool(b->c.device, &pi, b->c.alloc, &b->pool);
         VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
         ai.commandPool = b->pool;
         ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
@@ -604,7 +756,7 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(b->c.device, &ai, &b->upload_cb);
         if (r == VK_SUCCESS) r = vkAllocateCommandBuffers(b->c.device, &ai, &b->once_cb);
         VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-        if (r == VK_SUCCESS) r = vkCreateFence(b->c.device, &fi, NULL, &b->fence);
+        if (r == VK_SUCCESS) r = vkCreateFence(b->c.device, &fi, b->c.alloc, &b->fence);
         if (r != VK_SUCCESS) st = vkb_fail(b, r, "command pool / fence creation", err, cap);
     }
     const char *fault = getenv("MEGANEURA_FAULT_DEVICE_LOST");
@@ -621,7 +773,7 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
         qi.queryCount = b->qcap;
-        if (vkCreateQueryPool(b->c.device, &qi, NULL, &b->qpool) != VK_SUCCESS) b->qpool = VK_NULL_HANDLE;
+        if (vkCreateQueryPool(b->c.device, &qi, b->c.alloc, &b->qpool) != VK_SUCCESS) b->qpool = VK_NULL_HANDLE;
         if (tr && *tr) {
             b->trace = fopen(tr, "w");
             if (!b->trace) mn_logf(MN_LOG_WARN, "MEGANEURA_TRACE: cannot write '%s'", tr);
@@ -663,6 +815,19 @@ static mn_status vk_device_open(void **out, char *err, size_t cap) {
     return MN_OK;
 }
 
+static mn_status vk_device_wrap(void **out, const void *desc, char *err, size_t cap) {
+    vk_ctx *c = calloc(1, sizeof *c);
+    *out = NULL;
+    if (!c) return MN_E_NOMEM;
+    mn_status st = vk_ctx_wrap(c, desc, err, cap);
+    if (st) {
+        free(c);
+        return st;
+    }
+    *out = c;
+    return MN_OK;
+}
+
 static uint64_t vk_device_max_binding(void *dev) { return ((const vk_ctx *)dev)->caps.max_binding; }
 
 static void vk_device_close(void *dev) {
@@ -685,6 +850,9 @@ const backend_vtable backend_vulkan = {
     .execute = vkb_execute,
     .device_open = vk_device_open,
     .device_close = vk_device_close,
+    .device_wrap = vk_device_wrap,
+    .bind_external = vkb_bind_external,
+    .execute_sync = vkb_execute_sync,
     .max_binding = vk_device_max_binding,
 };
 

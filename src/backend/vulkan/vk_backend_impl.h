@@ -18,7 +18,10 @@
 #include "backend/vulkan/vk_util.h"
 #include "io/file.h"
 
-#define MAX_RECORDED 4
+/* node lists recorded per session: the step, the forward run, two output
+ * sets (mn_session_run_outputs) and, in data-parallel training, the step's
+ * parts between all-reduce points (session/dist.c: at most 32 buckets + 2) */
+#define MAX_RECORDED 40
 /* MEGANEURA_FAULT_NO_BARRIERS (tests): 1 or "dispatch" drops the barriers
  * between dispatches; "host" drops those around uploads and readbacks and
  * at the start and end of a recorded step; "all" both. */
@@ -29,6 +32,7 @@
 #define PENDING_FILL 0x40 /* pending_arena flag: a vkCmdFillBuffer, not a copy (vkb_fill) */
 
 #define MAX_OPERANDS (1 + NODE_MAX_IN) /* descriptor bindings: the output, then each input */
+#define EXT_BUF0 (MP_ARENA_COUNT + 1) /* hazard ids of host buffers (MP_ARENA_COUNT: the staging buffer) */
 
 typedef struct node_rt {
     int32_t pipe; /* index into pipes, -1: nothing to dispatch */
@@ -39,6 +43,10 @@ typedef struct node_rt {
     /* the dispatch's operands: opnd[0] = the output (the node), then the
      * inputs (the node's, or a fused group's input tensors, kir.h) */
     int32_t opnd[MAX_OPERANDS];
+    /* bit j: operand j is the range of a parallel region from opnd[j]'s
+     * storage to opnd_last[j]'s end (multi-tensor kernels, vk_gen_multi.c) */
+    int32_t opnd_last[MAX_OPERANDS];
+    uint8_t ranged;
     uint8_t nopnd;
     uint8_t written; /* bit j: operand j >= 1 is written in place too */
 } node_rt;
@@ -78,6 +86,13 @@ typedef struct operand_span {
     uint32_t pages;    /* 0, or the chunks a paged tensor spans (handle..: the first; see page_info) */
     bool live;         /* false: the tensor has no storage (bound to a dummy range, not tracked) */
 } operand_span;
+
+/* A tensor whose storage is a host VkBuffer range (mn_session_bind_vulkan_buffer). */
+typedef struct ext_binding {
+    int32_t node; /* the storage root, -1: a free slot */
+    VkBuffer buf;
+    VkDeviceSize offset, size;
+} ext_binding;
 
 typedef struct prof_entry {
     uint64_t calls;
@@ -131,6 +146,13 @@ typedef struct vkb {
     double host_copy_us, host_record_us, host_submit_us, host_wait_us;
     uint64_t executes;
     VkMemoryPropertyFlags staging_flags;
+    /* host buffers bound to inputs/outputs: ext_of[root] = 1 + index into ext,
+     * 0: the arena (NULL until the first binding); hazard buffer id
+     * EXT_BUF0 + index */
+    int32_t *ext_of;
+    ext_binding *ext;
+    int next, cap_ext;
+    bool inflight; /* a no_wait submission (mn_vulkan_submit) holds the fence */
     long fault_submits; /* MEGANEURA_FAULT_DEVICE_LOST=N: the Nth submit reports a lost device (tests) */
     unsigned no_barriers; /* MEGANEURA_FAULT_NO_BARRIERS: FAULT_* classes of barriers not recorded (tests) */
 } vkb;
@@ -141,6 +163,8 @@ VkBuffer vkb_chunk_at(const vkb *b, int a, VkDeviceSize off, VkDeviceSize *local
 mn_status vkb_make_arenas(vkb *b, char *err, size_t cap);
 /* vk_memory.c: where a tensor lives: buffer, binding, element offset, hazard span. */
 operand_span vkb_operand(const vkb *b, int32_t id);
+/* vk_memory.c: operand j of a dispatch: vkb_operand, or a region's range. */
+operand_span vkb_operand_of(const vkb *b, const node_rt *rt, int j);
 /* vk_memory.c: page j of a paged tensor, as a descriptor. */
 VkDescriptorBufferInfo vkb_page_info(const vkb *b, int32_t id, uint32_t j);
 /* vk_pipeline.c: generates, compiles (or finds) and lays out every dispatch's kernel. */
@@ -149,6 +173,9 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap);
 mn_status vkb_make_layout(vkb *b, char *err, size_t cap);
 /* vk_pipeline.c: one descriptor set per dispatched node, written once. */
 mn_status vkb_make_sets(vkb *b, char *err, size_t cap);
+/* vk_pipeline.c: (re)writes dispatched node id's descriptor set and push
+ * constants from where its operands live now (a host buffer bound later). */
+mn_status vkb_write_set(vkb *b, int32_t id, char *err, size_t cap);
 /* vk_pipeline.c: the on-disk pipeline cache of this device and driver (vk_cache.c). */
 void vkb_pcache_load(vkb *b);
 void vkb_pcache_save(vkb *b);

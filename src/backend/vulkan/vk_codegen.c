@@ -61,7 +61,48 @@ void vk_launch_1d(vk_kernel *k, const vk_caps *caps, uint64_t n, uint32_t local)
     }
     k->local[0] = local, k->local[1] = 1, k->local[2] = 1;
     k->groups[0] = (uint32_t)gx, k->groups[1] = (uint32_t)gy, k->groups[2] = 1;
-    vk_def(k, "NTHREADS", "%lluu", (unsigned long long)(gx * gy * local));
+    vk_def_u(k, "NTHREADS", gx * gy * local);
+}
+
+void vk_def_u(vk_kernel *k, const char *name, uint64_t v) {
+    vk_def(k, name, "%llu%s", (unsigned long long)v, vk_usfx(k));
+}
+
+void vk_def_i(vk_kernel *k, const char *name, int64_t v) {
+    /* a negative value in parentheses: NAME is used inside expressions */
+    vk_def(k, name, v < 0 ? "(%lld%s)" : "%lld%s", (long long)v, vk_isfx(k));
+}
+
+mn_status vk_index_width(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int nopnd,
+                         const vk_caps *caps, char *err, size_t cap) {
+    const node *n = &g->nodes[id];
+    int32_t big = -1;
+    for (int j = 0; j < nopnd; j++)
+        if (node_numel(&g->nodes[opnd[j]]) > vk_index_max(caps) &&
+            (big < 0 || node_numel(&g->nodes[opnd[j]]) > node_numel(&g->nodes[big])))
+            big = opnd[j];
+    k->idx64 = false;
+    if (big < 0) return MN_OK;
+    const node *t = &g->nodes[big];
+    char shape[96];
+    shape_str(shape, sizeof shape, t->rank, t->shape);
+    const char *what = big == id ? "its output" : t->name ? t->name : op_table[t->op].name;
+    if (node_numel(t) > VK_INDEX64_MAX) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s (%%%d) %s has %lld elements, more than the %lld a kernel "
+               "indexes", op_table[n->op].name, id, what, big, shape, (long long)node_numel(t),
+               (long long)VK_INDEX64_MAX);
+        return MN_E_UNSUPPORTED;
+    }
+    if (!caps->int64) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s (%%%d) %s has %lld elements, more than the %lld of "
+               "32-bit indexing, and the device has no 64-bit integers in shaders (shaderInt64) for 64-bit "
+               "indexing; a smaller tensor (split the batch) avoids it", op_table[n->op].name, id, what, big, shape,
+               (long long)node_numel(t), (long long)vk_index_max(caps));
+        return MN_E_UNSUPPORTED;
+    }
+    k->idx64 = true;
+    vk_def(k, "MN_IDX64", "1");
+    return MN_OK;
 }
 
 bool vk_input_written(const node *n, int i) {
@@ -128,34 +169,33 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
+void vk_kernel_clear(vk_kernel *k) {
+    free(k->code);
+    memset(k, 0, sizeof *k);
+}
+
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
     const node *n = &g->nodes[id];
-    memset(k, 0, sizeof *k);
-    /* every kernel indexes its tensors with 32-bit signed arithmetic */
-    int64_t most = vk_index_max(caps);
-    for (int i = -1; i < n->nin; i++) {
-        const node *t = i < 0 ? n : &g->nodes[n->in[i]];
-        if (node_numel(t) > most) {
-            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s has %lld elements, more than the %lld the kernels' "
-                   "32-bit indexing allows", op_table[n->op].name, id, i < 0 ? "the output" : "an input",
-                   (long long)node_numel(t), (long long)most);
-            return MN_E_UNSUPPORTED;
-        }
-    }
-    mn_status st0;
+    memset(k, 0, sizeof *k); /* k->code of an earlier kernel is its owner's to free (vk_kernel_clear) */
+    /* 32-bit index arithmetic unless an operand has more than index_max
+     * elements (the one check of that limit) */
+    int32_t opnd[1 + NODE_MAX_IN] = {id};
+    for (int i = 0; i < n->nin; i++) opnd[1 + i] = n->in[i];
+    mn_status st0 = op_has(n->op, OPF_SOURCE) || n->op == OP_RESHAPE
+                        ? MN_OK /* nothing dispatched, nothing indexed */
+                        : vk_index_width(k, g, id, opnd, 1 + n->nin, caps, err, cap);
+    if (st0) return st0;
     k->local[0] = k->local[1] = k->local[2] = 1;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
-    vk_def(k, "Y_N", "%lluu", (unsigned long long)node_numel(n));
+    vk_def_u(k, "Y_N", (uint64_t)node_numel(n));
     for (int i = 0; i < n->nin; i++) {
         char nm[24];
         snprintf(nm, sizeof nm, "X%d_ACCESS", i);
         vk_def(k, nm, "%s", vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
-        vk_def(k, nm, "%lluu", (unsigned long long)node_numel(&g->nodes[n->in[i]]));
+        vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[n->in[i]]));
     }
-    int32_t opnd[1 + NODE_MAX_IN] = {id};
-    for (int i = 0; i < n->nin; i++) opnd[1 + i] = n->in[i];
     if ((st0 = vk_paged_defines(k, g, opnd, 1 + n->nin, mp, caps, err, cap))) return st0;
     mn_status st = gen_table[n->op](k, g, n, caps, err, cap);
     if (st) return st;
@@ -166,14 +206,18 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
     return MN_OK;
 }
 
+/* The generator alone: the caller set k's index width (vk_index_width) for
+ * the whole kernel (a fused group's). */
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap) {
+    const node *n = &g->nodes[id];
+    return gen_table[n->op](k, g, n, caps, err, cap);
+}
+
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap) {
     char shape[96];
-    size_t len = 0;
-    shape[0] = 0;
-    for (int d = 0; d < n->rank && len + 24 < sizeof shape; d++)
-        len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld", d ? "," : "", (long long)n->shape[d]);
-    mn_fmt(err, cap, "vulkan codegen: %s (%%%d) -> [%s]: its kernel needs %llu loop iterations per invocation, more "
+    shape_str(shape, sizeof shape, n->rank, n->shape);
+    mn_fmt(err, cap, "vulkan codegen: %s (%%%d) -> %s: its kernel needs %llu loop iterations per invocation, more "
            "than the driver's shader loop limit of %u (lavapipe ends longer loops silently); run this node's "
            "shape on the CPU backend or split it", op_table[n->op].name, (int)(n - g->nodes), shape,
            (unsigned long long)iterations, caps->loop_limit);
@@ -186,6 +230,8 @@ const char *vk_template(const char *name) {
     return NULL;
 }
 
+#define VK_INT64_EXT "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n"
+
 char *vk_codegen_source(const vk_kernel *k) {
     const char *pre = vk_template("preamble"), *math = vk_template("mathlib");
     const char *body = k->tmpl ? vk_template(k->tmpl) : NULL;
@@ -193,7 +239,8 @@ char *vk_codegen_source(const vk_kernel *k) {
     char head[160];
     snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
              k->local[1], k->local[2]);
-    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(body) + 64;
+    const char *code = k->code ? k->code : "";
+    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(code) + strlen(body) + sizeof VK_INT64_EXT + 64;
     char *s = malloc(n);
     if (!s) return NULL;
     /* #version must come first: it is cut out of the preamble and put first,
@@ -207,7 +254,9 @@ char *vk_codegen_source(const vk_kernel *k) {
         return NULL;
     }
     at += (size_t)snprintf(s + at, n - at, "%.*s", (int)(ver_end - ver + 1), ver);
+    /* 64-bit literals in the defines need the extension before them */
+    if (k->idx64) at += (size_t)snprintf(s + at, n - at, "%s", VK_INT64_EXT);
     at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
-    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s", ver_end + 1, math, body);
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s%s", ver_end + 1, math, code, body);
     return s;
 }

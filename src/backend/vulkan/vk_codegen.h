@@ -17,13 +17,18 @@
  * - Y(i) = v writes element i of the output (Y is never read), X0(i) ..
  *   X5(i) read element i of input k, X<k>_WR(i) = v writes an input the
  *   kernel updates in place; X<i>I(i) reads an int32 tensor element; Y_N,
- *   X<i>_N are element counts (uint);
+ *   X<i>_N are element counts (IDX: uint, or uint64_t with MN_IDX64);
  * - a paged operand (larger than one binding: memplan_pages) is an array of
  *   <op>_PAGES bindings of 2^<op>_SHIFT elements each (Y_PAGES, X0_PAGES ..);
  *   the macros above hide it (preamble.glsl); MN_NONUNIFORM when the device
  *   indexes descriptor arrays non-uniformly. Defined only when paged;
  * - GID is the flattened global invocation index over a 2-D grid (so more
  *   than 65535 workgroups work), NTHREADS the total invocation count;
+ * - IDX / SIDX are the types of element indices and offsets: uint / int, or
+ *   uint64_t / int64_t in a kernel of 64-bit indexing (MN_IDX64: an operand
+ *   has more than vk_caps.index_max elements, vk_codegen_node); the
+ *   generators write sizes, strides and dimensions with the literal suffix
+ *   of that type (vk_def_u, vk_def_i), so products of them do not wrap;
  * - mathlib.glsl provides MN_INF, MN_NAN, mn_exp and mn_log (about 1 ulp).
  *
  * Does not: compile (vk_compile.c), record or run anything (vk_backend.c).
@@ -45,6 +50,12 @@ typedef struct vk_caps {
     uint32_t max_invocations;
     uint32_t max_groups[3];
     bool fp16, bf16, coopmat;
+    /* cooperative matrices the fast contract's GEMM uses (vk_gen_coopmat.c):
+     * 16x16x16 fragments at subgroup scope with f32 accumulators, f16 or
+     * bf16 operands, through VK_KHR_cooperative_matrix (+ shaderFloat16, or
+     * VK_KHR_shader_bfloat16's cooperative-matrix types), or f16 through
+     * VK_NV_cooperative_matrix; the Vulkan memory model enabled */
+    bool coopmat_f16, coopmat_bf16, coopmat_nv_f16;
     bool memory_budget; /* VK_EXT_memory_budget: heap budgets known */
     /* bytes one storage binding, one buffer and one allocation may hold: the
      * least of maxStorageBufferRange, maxMemoryAllocationSize, maxBufferSize
@@ -55,9 +66,12 @@ typedef struct vk_caps {
     uint64_t max_binding;
     uint64_t device_binding; /* the same from the device alone (messages) */
     uint32_t offset_align;   /* minStorageBufferOffsetAlignment, at least 4 */
-    /* the most elements one tensor may have: kernels index with 32-bit
-     * signed arithmetic. 0: VK_INDEX_MAX_DEFAULT (2^31 - 1) */
+    /* the most elements an operand of a kernel with 32-bit index arithmetic
+     * may have (2^31 - 1: signed 32-bit, or lower with MEGANEURA_VK_INDEX_MAX);
+     * a kernel with a larger operand is generated with 64-bit indices
+     * (MN_IDX64), which needs int64 (shaderInt64). 0: VK_INDEX_MAX_DEFAULT */
     int64_t index_max;
+    bool int64; /* shaderInt64, enabled on the device when present */
     /* the largest element offset a push constant pc.off holds (uint) */
     uint64_t push_off_max;
     /* storage-buffer descriptors one kernel may bind (a paged operand takes
@@ -81,6 +95,10 @@ typedef struct vk_caps {
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
 static inline int64_t vk_index_max(const vk_caps *c) { return c->index_max > 0 ? c->index_max : VK_INDEX_MAX_DEFAULT; }
+/* The most elements one operand may have in a kernel of 64-bit indexing:
+ * element indices stay below 2^62 (signed 64-bit coordinates with room for
+ * the offsets a kernel adds). */
+#define VK_INDEX64_MAX ((int64_t)1 << 62)
 
 /* True if a kernel whose invocations each run `iterations` loop iterations
  * (every loop not unrolled, nested ones multiplied) stays within the
@@ -98,11 +116,36 @@ typedef struct vk_kernel {
     uint32_t local[3];  /* workgroup size */
     uint32_t groups[3]; /* dispatch size */
     bool overflow;      /* defines did not fit: an error at vk_codegen_node's end */
+    bool idx64;         /* 64-bit indexing (MN_IDX64): an operand exceeds vk_caps.index_max */
     char expr[512];     /* eltwise kernels: EXPR(a, b, c)'s text (fused kernels reuse it) */
+    /* GLSL placed right before the template (multi-tensor kernels' search
+     * functions), malloc'ed by vk_codegen_multi_*; NULL for other kernels.
+     * Generators zero k first: its owner frees code before that
+     * (vk_kernel_clear). */
+    char *code;
 } vk_kernel;
+
+/* Frees k->code and zeroes k. */
+void vk_kernel_clear(vk_kernel *k);
 
 /* Appends "#define NAME VALUE\n" (printf-style value). */
 void vk_def(vk_kernel *k, const char *name, const char *fmt, ...) MN_PRINTF(3, 4);
+/* "#define NAME v" as an unsigned (vk_def_u: "123u", or "123ul" in a kernel
+ * of 64-bit indexing) or signed (vk_def_i: "123" / "123l") literal of the
+ * kernel's index type: element counts, sizes, strides, dimensions. */
+void vk_def_u(vk_kernel *k, const char *name, uint64_t v);
+void vk_def_i(vk_kernel *k, const char *name, int64_t v);
+/* The literal suffixes of the kernel's index type: "u" / "ul", "" / "l". */
+static inline const char *vk_usfx(const vk_kernel *k) { return k->idx64 ? "ul" : "u"; }
+static inline const char *vk_isfx(const vk_kernel *k) { return k->idx64 ? "l" : ""; }
+/* Decides the kernel's index width from its operands' element counts
+ * (opnd[0] the output, then the inputs): 64-bit when one exceeds
+ * vk_caps.index_max; sets k->idx64 and defines MN_IDX64. Refuses (naming
+ * the op, the operand's shape and the reason) a kernel that needs 64-bit
+ * indexing on a device without shaderInt64, or an operand beyond
+ * VK_INDEX64_MAX. */
+mn_status vk_index_width(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int nopnd,
+                         const vk_caps *caps, char *err, size_t cap);
 /* Appends a raw line (e.g. a multi-line macro). */
 void vk_line(vk_kernel *k, const char *fmt, ...) MN_PRINTF(2, 3);
 /* 1-D launch of n invocations with the given workgroup size, folded into a
@@ -134,12 +177,48 @@ void vk_float_literal(char *out, size_t cap, float v);
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
-/* One eltwise kernel for a fused group (kir.h): members[0..nm) (in order)
- * and root, computed per element of root's output in registers. Writes the
- * kernel's input tensors, in binding order, to ext (*next of them, at most
- * KIR_MAX_INPUTS). */
+/* Only node id's generator (vkgen_<op>), into k as it is: no buffer
+ * defines (a fused kernel's caller writes its own). */
+mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap);
+/* One kernel for a fused group (kir.h): members[0..nm) (in order) and
+ * root, computed per element of root's output in registers (the eltwise
+ * kernel, or a matmul member's kernel with the rest as its epilogue); for a
+ * reduction root (KIR_REDUCE) the reduction's kernel, the members computed
+ * at each input element it reads. Writes the kernel's input tensors, in
+ * binding order, to ext (*next of them, at most KIR_MAX_INPUTS). */
 mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int nm,
                            int32_t *ext, int *next, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* A multi-tensor kernel's operand j: one tensor, or the range of a
+ * parallel region from first's storage to last's end (memplan_parallel). */
+typedef struct vk_operands {
+    int32_t first[1 + NODE_MAX_IN], last[1 + NODE_MAX_IN]; /* last == first: one tensor */
+    int n;
+    uint8_t written; /* bit j: operand j >= 1 is written in place too */
+} vk_operands;
+/* The kernel of a multi-update group (kir.h): members[0..nm) and root,
+ * consecutive updates whose parameters, gradients and state lie in parallel
+ * regions of the plan. */
+mn_status vk_codegen_multi_update(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *members, int32_t nm,
+                                  vk_operands *ops, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* The kernel of a multi sum-of-squares tree rooted at concat root (its
+ * members: kernel_root[i] == root): region_of[r] gives, for a gradient's
+ * storage r, its multi-update group (-1: none), first_grad / last_grad
+ * [group] the group's gradient region; inputs of the tree that are not
+ * members are copied into their place. */
+mn_status vk_codegen_multi_sumsq(vk_kernel *k, const mn_graph *g, int32_t root, const int32_t *kernel_root,
+                                 const int32_t *region_of,
+                                 const int32_t *first_grad, const int32_t *last_grad, vk_operands *ops,
+                                 const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* The per-update defines of optim.glsl for update n (multi: without the
+ * learning-rate multiplier and weight decay, which the table gives). */
+mn_status vk_update_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool multi, char *err,
+                         size_t cap);
+/* The workgroup size of a sumsq over blocks of `block` elements, and its
+ * reduce.glsl defines (NOUT outputs, one workgroup each). */
+uint32_t vk_sumsq_local(const vk_caps *caps, int64_t block);
+mn_status vk_sumsq_block_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int64_t block,
+                              uint64_t nout, char *err, size_t cap);
+
 /* <op>_PAGES / <op>_SHIFT for the operands opnd[0] (the output) and
  * opnd[1..nopnd) (the inputs, in binding order) that span several chunks
  * (memplan_pages), and the check that their descriptors fit the device. */
@@ -158,6 +237,29 @@ uint32_t vk_pick_local(const vk_caps *caps, uint64_t want);
  * MN_E_UNSUPPORTED. */
 mn_status vk_loop_fail(const mn_graph *g, const node *n, const vk_caps *caps, uint64_t iterations, char *err,
                        size_t cap);
+
+/* A GEMM's problem: map 0 (matmul): op(A) [M,K] at z*saz + m*sam + k*sak,
+ * op(B) [K,N] at z*sbz + k*sbk + n*sbn (elements), C [batch, M, N]
+ * row-major; maps 1-3: a convolution's implicit GEMM (matmul.glsl's MM_MAP,
+ * the CV_* defines already emitted; the strides unused). a_kfast: A's
+ * consecutive k are (nearly) consecutive in memory; b_nfast: B's
+ * consecutive n are. */
+typedef struct vk_gemm_shape {
+    int64_t M, N, K, batch, saz, sam, sak, sbz, sbk, sbn;
+    int map;
+    bool a_kfast, b_nfast;
+} vk_gemm_shape;
+/* The fast contract's GEMM on cooperative matrices (vk_gen_coopmat.c):
+ * *used says whether it generated n (operands rounded, the device has the
+ * fragments, the problem large enough); if not, matmul.glsl runs it. */
+mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
+                              const vk_gemm_shape *s, char *err, size_t cap);
+/* SPIR-V passes a kernel asks for by defining MN_SPIRV_PASS (vk_compile
+ * applies them after glslang; vk_spirv_coopmat.c): NV cooperative matrices
+ * to KHR, with the 16-bit float type f16 or bf16. The version is part of
+ * the name, hence of the kernel cache key. */
+#define VK_SPIRV_PASS_COOPMAT "coopmat_khr_f16_v1"
+#define VK_SPIRV_PASS_COOPMAT_BF16 "coopmat_khr_bf16_v1"
 
 /* Full GLSL source, malloc'ed (caller frees); NULL if the template is unknown. */
 char *vk_codegen_source(const vk_kernel *k);

@@ -2,6 +2,9 @@
  * the on-disk SPIR-V cache (vk_cache.c), and the compiler's identity that
  * keys that cache.
  *
+ * Kernels that ask for it (MN_SPIRV_PASS) go through a SPIR-V pass after
+ * glslang (vk_spirv.h: cooperative matrices in the KHR form).
+ *
  * Does not: read or write cache files itself (vk_cache.c), create shader
  * modules (vk_backend.c).
  */
@@ -9,6 +12,7 @@
 #include <spirv-tools/libspirv.h>
 
 #include "backend/vulkan/vk_cache.h"
+#include "backend/vulkan/vk_spirv.h"
 #include "backend/vulkan/vk_util.h"
 
 #if __has_include(<glslang/build_info.h>)
@@ -37,6 +41,35 @@ void vk_compiler_id(char *buf, size_t cap) {
              MN_SHADERC_RELEASE, GLSLANG_VERSION_MAJOR, GLSLANG_VERSION_MINOR, GLSLANG_VERSION_PATCH,
              GLSLANG_VERSION_FLAVOR, spvSoftwareVersionDetailsString(), ver, rev, (unsigned)TARGET_ENV,
              (int)OPT_LEVEL);
+}
+
+/* The SPIR-V pass a kernel asks for with "#define MN_SPIRV_PASS <name>"
+ * (vk_codegen.h), applied to glslang's output before it is cached (the
+ * name, with its version, is in the source and so in the cache key). */
+static mn_status apply_pass(uint32_t **words, size_t *nwords, const char *source, const char *name, char *err,
+                            size_t cap) {
+    const char *p = strstr(source, "\n#define MN_SPIRV_PASS ");
+    if (!p) return MN_OK;
+    p += strlen("\n#define MN_SPIRV_PASS ");
+    const size_t len = strcspn(p, " \n");
+    bool bf16;
+    if (len == strlen(VK_SPIRV_PASS_COOPMAT) && !strncmp(p, VK_SPIRV_PASS_COOPMAT, len)) bf16 = false;
+    else if (len == strlen(VK_SPIRV_PASS_COOPMAT_BF16) && !strncmp(p, VK_SPIRV_PASS_COOPMAT_BF16, len)) bf16 = true;
+    else {
+        mn_fmt(err, cap, "vulkan: kernel %s asks for an unknown SPIR-V pass '%.*s'", name, (int)(len < 64 ? len : 64), p);
+        return MN_E_INVALID;
+    }
+    uint32_t *out;
+    size_t nout;
+    char msg[400];
+    mn_status st = vk_spirv_coopmat_khr(&out, &nout, *words, *nwords, bf16, msg, sizeof msg);
+    if (st) {
+        mn_fmt(err, cap, "vulkan: kernel %s: %s", name, msg);
+        return st;
+    }
+    free(*words);
+    *words = out, *nwords = nout;
+    return MN_OK;
 }
 
 mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const char *name, bool *cached,
@@ -75,7 +108,13 @@ mn_status vk_compile(uint32_t **words, size_t *nwords, const char *source, const
         if (!*words) st = MN_E_NOMEM;
         else {
             memcpy(*words, shaderc_result_get_bytes(res), len);
-            if (use_cache) vk_spirv_store(path, &key, *words, *nwords);
+            st = apply_pass(words, nwords, source, name, err, cap);
+            if (st) {
+                free(*words);
+                *words = NULL;
+            } else if (use_cache) {
+                vk_spirv_store(path, &key, *words, *nwords);
+            }
         }
     }
     shaderc_result_release(res);

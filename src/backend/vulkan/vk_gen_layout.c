@@ -5,8 +5,9 @@
  *
  * Every kernel runs one invocation per output element and gathers what it
  * needs (no atomics, no two invocations writing one element). Shapes and
- * parameters become #defines; index arithmetic is 32-bit signed (every
- * tensor within vk_caps.index_max elements, checked by vk_codegen_node).
+ * parameters become #defines; index arithmetic is signed, 32-bit, or 64-bit
+ * when an operand exceeds vk_caps.index_max elements (vk_codegen_node;
+ * dimensions are then 64-bit literals, vk_def_i).
  *
  * Does not: compile or dispatch anything, nor generate other ops.
  */
@@ -45,12 +46,12 @@ static mn_status gen_pad(vk_kernel *k, const mn_graph *g, const node *n, const v
         char nm[8];
         if (d > 0) {
             snprintf(nm, sizeof nm, "YD%d", d);
-            vk_def(k, nm, "%lld", (long long)yd[d]);
+            vk_def_i(k, nm, yd[d]);
         }
         snprintf(nm, sizeof nm, "XD%d", d);
-        vk_def(k, nm, "%lld", (long long)xd[d]);
+        vk_def_i(k, nm, xd[d]);
         snprintf(nm, sizeof nm, "PB%d", d);
-        vk_def(k, nm, "(%lld)", (long long)pb[d]);
+        vk_def(k, nm, "(%lld%s)", (long long)pb[d], vk_isfx(k));
     }
     layout_launch(k, caps, n);
     return MN_OK;
@@ -78,8 +79,8 @@ mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     int64_t inner = 1;
     for (int i = (int)axis + 1; i < n->rank; i++) inner *= n->shape[i];
     k->tmpl = "concat";
-    vk_def(k, "CC_L", "%lld", (long long)n->shape[axis]);
-    vk_def(k, "CC_INNER", "%lld", (long long)inner);
+    vk_def_i(k, "CC_L", n->shape[axis]);
+    vk_def_i(k, "CC_INNER", inner);
     /* (a < end0 ? X0((o * L0 + a) * INNER + j) : a < end1 ? X1((o * L1 + (a - off1)) * INNER + j) : ...) */
     char e[1024];
     size_t at = 0;
@@ -87,10 +88,12 @@ mn_status vkgen_concat(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     at += (size_t)snprintf(e + at, sizeof e - at, "(");
     for (int i = 0; i < n->nin && at < sizeof e; i++) {
         const int64_t len = in_node(g, n, i)->shape[axis];
-        if (i + 1 < n->nin) at += (size_t)snprintf(e + at, sizeof e - at, "a < %lld ? ", (long long)(off + len));
+        const char *l = vk_isfx(k);
+        if (i + 1 < n->nin)
+            at += (size_t)snprintf(e + at, sizeof e - at, "a < %lld%s ? ", (long long)(off + len), l);
         if (at < sizeof e)
-            at += (size_t)snprintf(e + at, sizeof e - at, "X%d((o * %lld + (a - %lld)) * CC_INNER + j)%s", i,
-                                   (long long)len, (long long)off, i + 1 < n->nin ? " : " : ")");
+            at += (size_t)snprintf(e + at, sizeof e - at, "X%d((o * %lld%s + (a - %lld%s)) * CC_INNER + j)%s", i,
+                                   (long long)len, l, (long long)off, l, i + 1 < n->nin ? " : " : ")");
         off += len;
     }
     if (at >= sizeof e) return layout_fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
@@ -109,8 +112,10 @@ static mn_status gen_avgpool(vk_kernel *k, const mn_graph *g, const node *n, con
         int64_t v;
     } d[] = {{"AP_H", x->shape[2]},  {"AP_W", x->shape[3]},  {"AP_OH", OH},           {"AP_OW", OW},
              {"AP_KH", a.kernel[0]}, {"AP_KW", a.kernel[1]}, {"AP_SH", a.stride[0]},  {"AP_SW", a.stride[1]},
-             {"AP_PH", a.pad[0]},    {"AP_PW", a.pad[1]},    {"AP_DIV", a.divisor},   {"AP_BWD", bwd}};
-    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+             {"AP_PH", a.pad[0]},    {"AP_PW", a.pad[1]}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def_i(k, d[i].name, d[i].v);
+    vk_def(k, "AP_DIV", "%lld", (long long)a.divisor); /* tested by #if: plain literals */
+    vk_def(k, "AP_BWD", "%d", bwd);
     /* loop iterations of an invocation: its window, or the windows holding its cell */
     const uint64_t kh = (uint64_t)a.kernel[0], kw = (uint64_t)a.kernel[1];
     const uint64_t sh = a.stride[0] > 0 ? (uint64_t)a.stride[0] : 1, sw = a.stride[1] > 0 ? (uint64_t)a.stride[1] : 1;
@@ -136,13 +141,13 @@ mn_status vkgen_avgpool2d_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
 mn_status vkgen_upsample_nearest2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                    size_t cap) {
     const node *x = in_node(g, n, 0);
-    vk_def(k, "UP_H", "%lld", (long long)x->shape[2]);
-    vk_def(k, "UP_W", "%lld", (long long)x->shape[3]);
-    vk_def(k, "UP_OH", "%lld", (long long)n->shape[2]);
-    vk_def(k, "UP_OW", "%lld", (long long)n->shape[3]);
+    vk_def_i(k, "UP_H", x->shape[2]);
+    vk_def_i(k, "UP_W", x->shape[3]);
+    vk_def_i(k, "UP_OH", n->shape[2]);
+    vk_def_i(k, "UP_OW", n->shape[3]);
     const mn_upsample_attrs a = upsample_attrs_of(n);
-    vk_def(k, "UP_SH", "%lld", (long long)a.scale[0]);
-    vk_def(k, "UP_SW", "%lld", (long long)a.scale[1]);
+    vk_def_i(k, "UP_SH", a.scale[0]);
+    vk_def_i(k, "UP_SW", a.scale[1]);
     k->tmpl = "upsample_nearest2d";
     layout_launch(k, caps, n);
     return MN_OK;

@@ -6,7 +6,11 @@
  * operand maps (MM_MAP) turn a convolution into an implicit GEMM; the tile
  * shape is picked here from the problem size and the device's shared-memory
  * limit. Small or thin convolutions (few channels per group, depthwise) use
- * the direct kernels conv2d*.glsl. Pools use maxpool2d*.glsl, exact.
+ * the direct kernels conv2d*.glsl (not in the fast contract, whose operand
+ * rounding is the GEMM's: MM_RND). A GEMM of the fast contract (matmul or
+ * convolution) goes to vk_gen_coopmat.c first, where the device has
+ * cooperative matrices.
+ * Pools use maxpool2d*.glsl, exact.
  * Every shape, stride and tile size is baked in as a #define.
  *
  * Does not: compile or dispatch (vk_compile.c, the runtime), nor generate
@@ -135,12 +139,18 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t batch, bool a_kfast, bool b_kfast, char *err,
                            size_t cap) {
+    if (map != MAP_MATMUL) { /* a convolution of the fast contract: cooperative matrices first */
+        const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast};
+        bool used;
+        mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+        if (st || used) return st;
+    }
     k->tmpl = "matmul";
     vk_def(k, "MM_MAP", "%d", map);
-    vk_def(k, "MM_M", "%lld", (long long)M);
-    vk_def(k, "MM_N", "%lld", (long long)N);
-    vk_def(k, "MM_K", "%lld", (long long)K);
-    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def_i(k, "MM_M", M);
+    vk_def_i(k, "MM_N", N);
+    vk_def_i(k, "MM_K", K);
+    vk_def_i(k, "MM_BATCH", batch);
     vk_def(k, "MM_BM", "%u", c.bm);
     vk_def(k, "MM_BN", "%u", c.bn);
     vk_def(k, "MM_BK", "%u", c.bk);
@@ -152,6 +162,9 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0);
     vk_def(k, "MM_A_KFAST", "%d", a_kfast);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    /* the fast contract without cooperative matrices: rounded operands */
+    if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
+    if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
     uint64_t tiles[3] = {cdiv((uint64_t)M, c.bm), cdiv((uint64_t)N, c.bn), (uint64_t)batch};
     for (int d = 0; d < 3; d++) {
         uint64_t lim = caps->max_groups[d] ? caps->max_groups[d] : 65535;
@@ -178,8 +191,8 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
  * MN_E_UNSUPPORTED when the device cannot take it (the caller then uses the
  * GEMM). On an H200 the tiled GEMM took 15 us for a 1 x 576 @ 576 x 1536
  * product (decode profile, docs/PERF.md) that reads 3.5 MB. */
-static mn_status gemv_emit(vk_kernel *k, const vk_caps *caps, int64_t M, int64_t N, int64_t K, int64_t batch,
-                           bool b_kfast) {
+static mn_status gemv_emit(vk_kernel *k, const node *n, const vk_caps *caps, int64_t M, int64_t N, int64_t K,
+                           int64_t batch, bool b_kfast) {
     uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
     uint32_t nt = maxinv >= 256 ? 256 : 128, tl, nl;
     if (b_kfast) {
@@ -203,14 +216,17 @@ static mn_status gemv_emit(vk_kernel *k, const vk_caps *caps, int64_t M, int64_t
     const uint64_t iters = cdiv(blocks, gx) * cdiv((uint64_t)batch, gz) * (1 + kc + steps);
     if (!vk_loops_fit(caps, iters)) return MN_E_UNSUPPORTED;
     k->tmpl = "gemv";
-    vk_def(k, "MM_M", "%lld", (long long)M);
-    vk_def(k, "MM_N", "%lld", (long long)N);
-    vk_def(k, "MM_K", "%lld", (long long)K);
-    vk_def(k, "MM_BATCH", "%lld", (long long)batch);
+    vk_def(k, "MM_M", "%lld", (long long)M); /* <= GEMV_MAX_M: an array size */
+    vk_def_u(k, "MM_N", (uint64_t)N);
+    vk_def_u(k, "MM_K", (uint64_t)K);
+    vk_def_u(k, "MM_BATCH", (uint64_t)batch);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
     vk_def(k, "GV_NL", "%u", nl);
     vk_def(k, "GV_TL", "%u", tl);
-    vk_def(k, "GV_KC", "%lluu", (unsigned long long)kc);
+    vk_def_u(k, "GV_KC", kc);
+    /* the fast contract rounds each operand as it is loaded (matmul.glsl's rule) */
+    if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
+    if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
     k->local[0] = nt, k->local[1] = 1, k->local[2] = 1;
     k->groups[0] = (uint32_t)(gx ? gx : 1), k->groups[1] = 1, k->groups[2] = (uint32_t)(gz ? gz : 1);
     return MN_OK;
@@ -229,13 +245,20 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     const int64_t batch = n->rank == 3 ? n->shape[0] : 1;
     /* element (m, k) of op(a) is at m*sam + k*sak; (k, n) of op(b) at k*sbk + n*sbn */
     const int64_t sam = ta ? 1 : K, sak = ta ? M : 1, sbk = tb ? 1 : N, sbn = tb ? K : 1;
-    vk_def(k, "MM_SAZ", "%lldu", (long long)(A->rank == 3 ? M * K : 0));
-    vk_def(k, "MM_SAM", "%lldu", (long long)sam);
-    vk_def(k, "MM_SAK", "%lldu", (long long)sak);
-    vk_def(k, "MM_SBZ", "%lldu", (long long)(B->rank == 3 ? K * N : 0));
-    vk_def(k, "MM_SBK", "%lldu", (long long)sbk);
-    vk_def(k, "MM_SBN", "%lldu", (long long)sbn);
-    if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, caps, M, N, K, batch, sbk == 1) == MN_OK)
+    vk_def_u(k, "MM_SAZ", (uint64_t)(A->rank == 3 ? M * K : 0));
+    vk_def_u(k, "MM_SAM", (uint64_t)sam);
+    vk_def_u(k, "MM_SAK", (uint64_t)sak);
+    vk_def_u(k, "MM_SBZ", (uint64_t)(B->rank == 3 ? K * N : 0));
+    vk_def_u(k, "MM_SBK", (uint64_t)sbk);
+    vk_def_u(k, "MM_SBN", (uint64_t)sbn);
+    const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn,
+                              MAP_MATMUL, sak == 1, sbn == 1};
+    bool used = false;
+    /* the cooperative-matrix kernels index in 32 bits: a product above
+     * vk_caps.index_max takes the (64-bit) tiled GEMM or gemv */
+    mn_status st = k->idx64 ? MN_OK : vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
+    if (st || used) return st;
+    if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, n, caps, M, N, K, batch, sbk == 1) == MN_OK)
         return MN_OK;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
                      err, cap);
@@ -268,13 +291,15 @@ static void conv_defs(vk_kernel *k, const conv_geo *c) {
              {"CV_CG", c->Cg}, {"CV_OG", c->Og}, {"CV_KH", c->KH}, {"CV_KW", c->KW}, {"CV_OH", c->OH},
              {"CV_OW", c->OW}, {"CV_SH", c->sh}, {"CV_SW", c->sw}, {"CV_PH", c->ph}, {"CV_PW", c->pw},
              {"CV_DH", c->dh}, {"CV_DW", c->dw}};
-    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def(k, d[i].name, "%lld", (long long)d[i].v);
+    for (size_t i = 0; i < MN_ARRAY_LEN(d); i++) vk_def_i(k, d[i].name, d[i].v);
 }
 
 /* The implicit GEMM pays when both output dimensions of the per-group
  * product fill a tile reasonably and there is enough work; otherwise the
  * direct kernels do better (depthwise: one channel per group). */
-static bool conv_use_gemm(int64_t M, int64_t N, int64_t K) {
+static bool conv_use_gemm(const node *n, int64_t M, int64_t N, int64_t K) {
+    /* the fast contract's rounding lives in the GEMM's loads (MM_RND) */
+    if (node_round16(n) != MN_ROUND_NONE) return true;
     return M >= 32 && N >= 16 && K >= 8 && M * N * K >= (int64_t)1 << 18;
 }
 
@@ -283,7 +308,7 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
     conv_defs(k, &c);
     const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false,
@@ -303,7 +328,7 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
     conv_defs(k, &c);
     const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups,
@@ -322,7 +347,7 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
-    if (conv_use_gemm(M, N, K)) {
+    if (conv_use_gemm(n, M, N, K)) {
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true,
                          true, err, cap);
     }
@@ -347,16 +372,16 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
 static void pool_defs(vk_kernel *k, const node *n, const node *x, int64_t OH, int64_t OW) {
     const mn_pool_attrs a = pool_attrs_of(n);
     const int64_t kh = a.kernel[0], kw = a.kernel[1];
-    vk_def(k, "MP_H", "%lld", (long long)x->shape[2]);
-    vk_def(k, "MP_W", "%lld", (long long)x->shape[3]);
-    vk_def(k, "MP_OH", "%lld", (long long)OH);
-    vk_def(k, "MP_OW", "%lld", (long long)OW);
-    vk_def(k, "MP_KH", "%lld", (long long)kh);
-    vk_def(k, "MP_KW", "%lld", (long long)kw);
-    vk_def(k, "MP_SH", "%lld", (long long)(a.stride[0] > 0 ? a.stride[0] : kh));
-    vk_def(k, "MP_SW", "%lld", (long long)(a.stride[1] > 0 ? a.stride[1] : kw));
-    vk_def(k, "MP_PH", "%lld", (long long)a.pad[0]);
-    vk_def(k, "MP_PW", "%lld", (long long)a.pad[1]);
+    vk_def_i(k, "MP_H", x->shape[2]);
+    vk_def_i(k, "MP_W", x->shape[3]);
+    vk_def_i(k, "MP_OH", OH);
+    vk_def_i(k, "MP_OW", OW);
+    vk_def_i(k, "MP_KH", kh);
+    vk_def_i(k, "MP_KW", kw);
+    vk_def_i(k, "MP_SH", a.stride[0] > 0 ? a.stride[0] : kh);
+    vk_def_i(k, "MP_SW", a.stride[1] > 0 ? a.stride[1] : kw);
+    vk_def_i(k, "MP_PH", a.pad[0]);
+    vk_def_i(k, "MP_PW", a.pad[1]);
 }
 
 /* Loop iterations of a max-pooling invocation: its window (the forward), or

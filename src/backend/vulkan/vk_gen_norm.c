@@ -37,8 +37,8 @@ static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const 
     char lit[48];
     k->tmpl = "norm";
     vk_def(k, "NM_OP", "%d", op);
-    vk_def(k, "NM_ROWS", "%lluu", (unsigned long long)rows);
-    vk_def(k, "NM_D", "%lluu", (unsigned long long)D);
+    vk_def_u(k, "NM_ROWS", (uint64_t)rows);
+    vk_def_u(k, "NM_D", (uint64_t)D);
     vk_float_literal(lit, sizeof lit, (float)D);
     vk_def(k, "NM_D_F", "%s", lit);
     vk_float_literal(lit, sizeof lit, (float)norm_attrs_of(n).eps);
@@ -93,7 +93,7 @@ static mn_status gen_norm(vk_kernel *k, const mn_graph *g, const node *n, const 
         vk_def(k, "NM_S", "%uu", s);
         vk_def(k, "NM_R", "%uu", r);
     }
-    vk_def(k, "NM_NWG", "%lluu", (unsigned long long)nwg);
+    vk_def_u(k, "NM_NWG", nwg);
     vk_launch_1d(k, caps, (nwg ? nwg : 1) * local, local);
     return MN_OK;
 }

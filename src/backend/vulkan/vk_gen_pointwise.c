@@ -16,7 +16,8 @@
  *
  * Shapes, strides and float parameters become #defines (they are static);
  * tensor offsets come from push constants (vk_codegen.h). Index arithmetic is
- * 32-bit, so tensors are limited to 2^31 elements (an MN_E_UNSUPPORTED error).
+ * 32-bit, or 64-bit in a kernel with an operand above vk_caps.index_max
+ * elements (vk_codegen_node decides; sizes are then written with vk_def_u).
  *
  * Exported for other families' generators: vk_gen_bcast_expr (the eltwise
  * gather with another template) and vk_float_literal (vk_codegen.h).
@@ -38,16 +39,6 @@ static const node *in_node(const mn_graph *g, const node *n, int i) { return &g-
 static mn_status fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
     mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
     return st;
-}
-
-/* Every tensor of the node must be indexable with the kernels' 32-bit
- * arithmetic: at most vk_index_max elements (vk_codegen_node checks it
- * first; kept for callers of the generators alone). */
-static mn_status check_size(const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    bool big = node_numel(n) > vk_index_max(caps);
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(in_node(g, n, i)) > vk_index_max(caps);
-    return big ? fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more elements than 32-bit indexing allows")
-               : MN_OK;
 }
 
 /* Power-of-two workgroup size: the smallest >= want, at most `most` and
@@ -121,8 +112,10 @@ static void sb_add(sbuf *b, const char *fmt, ...) {
 /* Writes into buf the GLSL offset sum_d coord_d(var) * st[d], coord_d being
  * coordinate d of the row-major flat index `var` over dims dim[0..3]. Dims of
  * size 1 and stride 0 drop out; contiguous strides give just (var). Returns
- * false if buf is too small. All terms stay below 2^31 (check_size). */
-static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t dim[4], const int64_t st[4]) {
+ * false if buf is too small. u: the literals' suffix (vk_usfx: the terms
+ * stay below the kernel's index type). */
+static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t dim[4], const int64_t st[4],
+                        const char *u) {
     int64_t cs[4], acc = 1;
     for (int d = 3; d >= 0; d--) {
         cs[d] = acc;
@@ -147,10 +140,10 @@ static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t di
         sb_add(&b, "%s", terms++ ? " + " : "");
         char coord[96];
         if (cs[d] == 1) snprintf(coord, sizeof coord, "%s", var);
-        else snprintf(coord, sizeof coord, "(%s / %lluu)", var, (unsigned long long)cs[d]);
+        else snprintf(coord, sizeof coord, "(%s / %llu%s)", var, (unsigned long long)cs[d], u);
         if (d == outer) sb_add(&b, "%s", coord);
-        else sb_add(&b, "(%s %% %lluu)", coord, (unsigned long long)dim[d]);
-        if (st[d] != 1) sb_add(&b, " * %lluu", (unsigned long long)st[d]);
+        else sb_add(&b, "(%s %% %llu%s)", coord, (unsigned long long)dim[d], u);
+        if (st[d] != 1) sb_add(&b, " * %llu%s", (unsigned long long)st[d], u);
     }
     sb_add(&b, terms ? ")" : "0u)");
     return !b.over;
@@ -160,7 +153,7 @@ static bool offset_expr(char *buf, size_t cap, const char *var, const int64_t di
 static mn_status def_offset(vk_kernel *k, const mn_graph *g, const node *n, const char *name, const char *var,
                             const int64_t dim[4], const int64_t st[4], char *err, size_t cap) {
     char e[VK_EXPR_CAP];
-    if (!offset_expr(e, sizeof e, var, dim, st))
+    if (!offset_expr(e, sizeof e, var, dim, st, vk_usfx(k)))
         return fail(g, n, MN_E_UNSUPPORTED, err, cap, "index expression too long");
     vk_line(k, "#define %s(%s) %s", name, var, e);
     return MN_OK;
@@ -197,8 +190,7 @@ mn_status vkgen_reshape(vk_kernel *k, const mn_graph *g, const node *n, const vk
  * st[j][d] over the output's padded dims. */
 static mn_status gen_gather(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int nin,
                             const int64_t st[][4], const char *expr, char *err, size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
+    mn_status s;
     int64_t dim[4];
     pad4(dim, n->rank, n->shape);
     k->tmpl = "eltwise";
@@ -248,6 +240,8 @@ VK_ELTWISE(gelu, "mn_gelu(a)")
 VK_ELTWISE(gelu_tanh, "mn_gelu_tanh(a)")
 VK_ELTWISE(silu, "a * mn_sigmoid(a)")
 VK_ELTWISE(stop_grad, "a")
+VK_ELTWISE(sin, "mn_sin(a)")
+VK_ELTWISE(cos, "mn_cos(a)")
 VK_ELTWISE(broadcast, "a")
 #undef VK_ELTWISE
 
@@ -272,6 +266,8 @@ mn_status vkgen_unary_bwd(vk_kernel *k, const mn_graph *g, const node *n, const 
     case OP_GELU: expr = "c * mn_dgelu(a)"; break;
     case OP_GELU_TANH: expr = "c * mn_dgelu_tanh(a)"; break;
     case OP_SILU: expr = "c * mn_dsilu(a)"; break;
+    case OP_SIN: expr = "c * mn_cos(a)"; break;
+    case OP_COS: expr = "c * (-mn_sin(a))"; break;
     default: {
         char what[96];
         snprintf(what, sizeof what, "ip[0] = %lld is not a differentiable unary op", (long long)bwd_of(n));
@@ -334,8 +330,7 @@ static uint64_t red_iterations(int64_t len, uint32_t local, uint64_t passes) {
 
 static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
                             bool mean, const red_geom *r, char *err, size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
+    mn_status s;
     /* short slices: one invocation per output; also when there are many
      * outputs, each invocation then reads neighbouring columns (coalesced) */
     const bool serial = r->len <= 32 || (r->nout >= 8192 && r->len <= 4096);
@@ -343,8 +338,8 @@ static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, cons
     vk_def(k, "RED_OP", "%s", op);
     vk_def(k, "RED_MEAN", "%d", mean ? 1 : 0);
     vk_def(k, "RED_SERIAL", "%d", serial ? 1 : 0);
-    vk_def(k, "NOUT", "%lluu", (unsigned long long)r->nout);
-    vk_def(k, "RLEN", "%lluu", (unsigned long long)r->len);
+    vk_def_u(k, "NOUT", (uint64_t)r->nout);
+    vk_def_u(k, "RLEN", (uint64_t)r->len);
     vk_def(k, "RLEN_F", "%s", flit_of((float)r->len).s);
     if ((s = def_offset(k, g, n, "BASE", "o", r->odim, r->ost, err, cap)) ||
         (s = def_offset(k, g, n, "ROFF", "l", r->rdim, r->rst, err, cap)))
@@ -384,10 +379,40 @@ mn_status vkgen_max_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk
     red_geom r = red_axis(in_node(g, n, 0), reduce_attrs_of(n).axis);
     return gen_reduce(k, g, n, caps, "RED_MAXBWD", false, &r, err, cap);
 }
+uint32_t vk_sumsq_local(const vk_caps *caps, int64_t block) {
+    return pick_local_upto(caps, (uint64_t)(block > 0 ? block : 1), 256);
+}
+
+mn_status vk_sumsq_block_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int64_t block,
+                              uint64_t nout, char *err, size_t cap) {
+    const uint32_t local = vk_sumsq_local(caps, block);
+    const uint64_t iters = red_iterations(block, local, 1);
+    if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
+    k->tmpl = "reduce";
+    vk_def(k, "RED_OP", "RED_SUMSQ");
+    vk_def(k, "RED_MEAN", "0");
+    vk_def(k, "RED_SERIAL", "0");
+    vk_def(k, "NOUT", "%lluu", (unsigned long long)nout);
+    vk_def(k, "RLEN", "%lluu", (unsigned long long)block);
+    vk_def(k, "RLEN_F", "%s", flit_of((float)block).s);
+    vk_launch_1d(k, caps, nout * local, local); /* one workgroup per block */
+    return MN_OK;
+}
+
 mn_status vkgen_sumsq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     const node *x = in_node(g, n, 0);
-    red_geom r = red_axis(x, sumsq_rows(n) ? x->rank - 1 : MN_ALL_AXES);
-    return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
+    if (sumsq_block(n) <= 0) {
+        red_geom r = red_axis(x, MN_ALL_AXES);
+        return gen_reduce(k, g, n, caps, "RED_SUMSQ", false, &r, err, cap);
+    }
+    /* blocks of B consecutive elements, the last one cut at the tensor's end;
+     * always a workgroup per block, the multi-tensor kernel's very order
+     * (vk_gen_multi.c), so the two give the same bits */
+    const int64_t b = sumsq_block(n);
+    vk_def(k, "BASE(o)", "((o) * %lluu)", (unsigned long long)b);
+    vk_def(k, "ROFF(l)", "(l)");
+    vk_def(k, "RED_LIMIT", "%lluu", (unsigned long long)node_numel(x));
+    return vk_sumsq_block_defs(k, g, n, caps, b, (uint64_t)node_numel(n), err, cap);
 }
 /* mean((a - b)^2) over all elements (a and b have the same count). */
 mn_status vkgen_mse(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
@@ -423,8 +448,6 @@ mn_status vkgen_reduce_to(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* Rows of in0 = [rows, C] (C = last dim); loss: one workgroup, scalar out. */
 static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, const char *op,
                           bool loss, char *err, size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
     const node *x = in_node(g, n, 0);
     const int64_t C = x->rank ? x->shape[x->rank - 1] : 1, rows = C ? node_numel(x) / C : 0;
     bool coop = C > 32;
@@ -444,8 +467,8 @@ static mn_status gen_rows(vk_kernel *k, const mn_graph *g, const node *n, const 
     }
     k->tmpl = "softmax";
     vk_def(k, "SM_OP", "%s", op);
-    vk_def(k, "ROWS", "%lluu", (unsigned long long)rows);
-    vk_def(k, "NC", "%lluu", (unsigned long long)C);
+    vk_def_u(k, "ROWS", (uint64_t)rows);
+    vk_def_u(k, "NC", (uint64_t)C);
     vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
     vk_def(k, "ROW_COOP", "%d", coop ? 1 : 0);
     vk_def(k, "CE_WRT_T", "%d", n->op == OP_CROSS_ENTROPY_DENSE_BWD && ce_dense_wrt_targets(n) ? 1 : 0);
@@ -501,8 +524,8 @@ static void def_ce(vk_kernel *k, const mn_graph *g, const node *n, const char *m
     const double eps = a.smoothing;
     k->tmpl = "ce";
     vk_def(k, "CE_MODE", "%s", mode);
-    vk_def(k, "ROWS", "%lluu", (unsigned long long)rows);
-    vk_def(k, "NC", "%lluu", (unsigned long long)C);
+    vk_def_u(k, "ROWS", (uint64_t)rows);
+    vk_def_u(k, "NC", (uint64_t)C);
     vk_def(k, "ROWS_F", "%s", flit_of((float)rows).s);
     if (a.use_ignore) {
         vk_def(k, "CE_IGNORE", "1");
@@ -519,8 +542,6 @@ static void def_ce(vk_kernel *k, const mn_graph *g, const node *n, const char *m
 /* (logits [B,C], labels) -> [B,3]: one workgroup per row. */
 mn_status vkgen_ce_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                         size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
     const node *x = in_node(g, n, 0);
     const uint64_t C = (uint64_t)x->shape[x->rank - 1], rows = (uint64_t)x->shape[0];
     def_ce(k, g, n, "CE_M_ROWS");
@@ -536,8 +557,6 @@ mn_status vkgen_ce_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk
 /* (logits, labels, rows [B,3]) -> scalar mean: one workgroup. */
 mn_status vkgen_cross_entropy(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                               size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
     if (n->nin < 3) return fail(g, n, MN_E_INVALID, err, cap, "needs the row statistics input (ce_rows)");
     def_ce(k, g, n, "CE_M_MEAN");
     const uint32_t local = pick_local_upto(caps, (uint64_t)in_node(g, n, 0)->shape[0], 1024);
@@ -550,8 +569,6 @@ mn_status vkgen_cross_entropy(vk_kernel *k, const mn_graph *g, const node *n, co
 /* (logits, labels, dloss, rows[, count]) -> dlogits: one invocation per element. */
 mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                                   size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
     if (n->nin < 4) return fail(g, n, MN_E_INVALID, err, cap, "needs the row statistics input (ce_rows)");
     if (ce_attrs_of(n).use_ignore && n->nin < 5)
         return fail(g, n, MN_E_INVALID, err, cap, "ignore_index needs the row count input (ce_count)");
@@ -566,10 +583,10 @@ mn_status vkgen_cross_entropy_bwd(vk_kernel *k, const mn_graph *g, const node *n
 /* The float parameters the CPU kernel rounds to f32, as literals. */
 static void def_f32(vk_kernel *k, const char *name, float v) { vk_def(k, name, "%s", flit_of(v).s); }
 
-static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool adam,
-                            char *err, size_t cap) {
-    mn_status s = check_size(g, n, caps, err, cap);
-    if (s) return s;
+mn_status vk_update_defs(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool multi, char *err,
+                         size_t cap) {
+    (void)caps;
+    const bool adam = n->op == OP_ADAM_UPDATE;
     const int hyper = adam ? 4 : 3; /* input index of hyper; clip follows it */
     if (n->nin < hyper + 1) return fail(g, n, MN_E_INVALID, err, cap, "missing hyper input");
     k->tmpl = "optim";
@@ -581,9 +598,11 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
     if (n->nin > hyper + 1 && a.gated) vk_def(k, "SKIP", "X%d(1)", hyper + 1); /* a step_gate */
     else vk_def(k, "SKIP", "0.0");
     const float wd = (float)a.weight_decay;
-    def_f32(k, "LR_MULT", (float)a.lr_mult);
-    def_f32(k, "WD", wd);
-    vk_def(k, "HAS_WD", "%d", wd != 0.0f);
+    if (!multi) { /* else a table entry per tensor (vk_gen_multi.c) */
+        def_f32(k, "LR_MULT", (float)a.lr_mult);
+        def_f32(k, "WD", wd);
+        vk_def(k, "HAS_WD", "%d", wd != 0.0f);
+    }
     if (adam) {
         const float b1 = (float)a.beta1, b2 = (float)a.beta2;
         const float omb1 = 1.0f - b1, omb2 = 1.0f - b2; /* f32 like the CPU's (real)1 - b1 */
@@ -599,17 +618,23 @@ static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, cons
         vk_def(k, "HAS_MOM", "%d", mom != 0.0f);
         vk_def(k, "NESTEROV", "%d", a.variant);
     }
-    vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
     return MN_OK;
+}
+
+static mn_status gen_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                            size_t cap) {
+    mn_status s = vk_update_defs(k, g, n, caps, false, err, cap);
+    if (!s) vk_launch_1d(k, caps, (uint64_t)node_numel(n), pick_local(caps, 256));
+    return s;
 }
 
 mn_status vkgen_sgd_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                            size_t cap) {
-    return gen_update(k, g, n, caps, false, err, cap);
+    return gen_update(k, g, n, caps, err, cap);
 }
 mn_status vkgen_adam_update(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                             size_t cap) {
-    return gen_update(k, g, n, caps, true, err, cap);
+    return gen_update(k, g, n, caps, err, cap);
 }
 
 mn_status vkgen_clip_coef(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,

@@ -96,8 +96,6 @@ mn_status vkgen_pw_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_
 
 mn_status vkgen_ce_count(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                          size_t cap) {
-    if (node_numel(&g->nodes[n->in[0]]) > vk_index_max(caps))
-        return pw_fail(g, n, MN_E_UNSUPPORTED, err, cap, "more labels than 32-bit indexing allows");
     uint64_t lim = caps->max_invocations ? caps->max_invocations : 256;
     if (lim > 256) lim = 256;
     if (caps->max_shared_bytes && lim > caps->max_shared_bytes / 4) lim = caps->max_shared_bytes / 4;

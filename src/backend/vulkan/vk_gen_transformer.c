@@ -17,12 +17,16 @@
  *
  * Every shape, the mask parameters and the scale are #defines; the
  * host-written position is read from its input at run time. Index
- * arithmetic is 32-bit (tensors below 2^31 elements).
+ * arithmetic is 32-bit, or 64-bit where an operand exceeds
+ * vk_caps.index_max elements (vk_codegen_node; element offsets are then
+ * IDX, and the sizes they are built from 64-bit literals, vk_def_u).
  *
  * Does not: compile or dispatch (vk_compile.c, vk_backend.c), nor generate
  * any other family (vk_gen_pointwise.c, vk_gen_linalg.c).
  */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/vulkan/vk_codegen.h"
 
@@ -31,15 +35,6 @@ static const node *tr_in(const mn_graph *g, const node *n, int i) { return &g->n
 static mn_status tr_fail(const mn_graph *g, const node *n, mn_status st, char *err, size_t cap, const char *what) {
     mn_fmt(err, cap, "vulkan codegen: %s (%%%d): %s", op_table[n->op].name, (int)(n - g->nodes), what);
     return st;
-}
-
-/* At most vk_index_max elements per tensor (32-bit indexing; vk_codegen_node
- * checks it first). */
-static mn_status tr_check_size(const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    bool big = node_numel(n) > vk_index_max(caps);
-    for (int i = 0; i < n->nin; i++) big = big || node_numel(tr_in(g, n, i)) > vk_index_max(caps);
-    return big ? tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "a tensor has more elements than 32-bit indexing allows")
-               : MN_OK;
 }
 
 /* Largest power of two <= want, within the device's invocation limit. */
@@ -83,12 +78,11 @@ static void tr_def_pos(vk_kernel *k, const char *name, int at) {
 /* (table [V,D], ids [...]) -> [..., D]. */
 mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *t = tr_in(g, n, 0);
     k->tmpl = "embedding";
-    vk_def(k, "EM_V", "%lld", (long long)t->shape[0]);
-    vk_def(k, "EM_D", "%lluu", (unsigned long long)t->shape[1]);
+    /* compared with an i32 id: a 32-bit int (ids never reach past 2^31 - 1) */
+    vk_def(k, "EM_V", "%lld", (long long)(t->shape[0] < INT32_MAX ? t->shape[0] : INT32_MAX));
+    vk_def_u(k, "EM_D", (uint64_t)t->shape[1]);
     vk_launch_1d(k, caps, (uint64_t)node_numel(n), tr_local(caps, 64));
     return MN_OK;
 }
@@ -96,14 +90,12 @@ mn_status vkgen_embedding(vk_kernel *k, const mn_graph *g, const node *n, const 
 /* (ids [N...], dy [..., D]) -> dtable [V,D]: one workgroup per table row. */
 mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                               size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const int64_t V = n->shape[0], D = n->shape[1];
     const uint32_t local = tr_local(caps, 64);
     k->tmpl = "embedding_bwd";
-    vk_def(k, "EB_V", "%lld", (long long)V);
-    vk_def(k, "EB_D", "%lluu", (unsigned long long)D);
-    vk_def(k, "EB_N", "%lluu", (unsigned long long)node_numel(tr_in(g, n, 0)));
+    vk_def_i(k, "EB_V", V);
+    vk_def_u(k, "EB_D", (uint64_t)D);
+    vk_def_u(k, "EB_N", (uint64_t)node_numel(tr_in(g, n, 0)));
     vk_def(k, "EB_PER", "%llu", (unsigned long long)((D + local - 1) / local));
     const uint32_t unroll = local < 8 ? local : 8;
     vk_def(k, "EB_UNROLL", "%uu", unroll);
@@ -120,16 +112,14 @@ mn_status vkgen_embedding_bwd(vk_kernel *k, const mn_graph *g, const node *n, co
  * turn fraction of p * (hi + lo) from exact partial products, so the angle
  * keeps a few 1e-7 turns for |p| < 2^24. */
 mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *x = tr_in(g, n, 0);
     const int64_t Dh = x->shape[x->rank - 1], T = x->shape[x->rank - 2], half = Dh / 2;
     const mn_rope_attrs ra = rope_attrs_of(n);
     const double theta = ra.theta, two_pi = 6.283185307179586476925;
     k->tmpl = "rope";
-    vk_def(k, "RP_T", "%lldu", (long long)T);
-    vk_def(k, "RP_DH", "%lldu", (long long)Dh);
-    vk_def(k, "RP_HALF", "%lldu", (long long)half);
+    vk_def_u(k, "RP_T", (uint64_t)T);
+    vk_def_u(k, "RP_DH", (uint64_t)Dh);
+    vk_def_u(k, "RP_HALF", (uint64_t)half);
     vk_def(k, "RP_OFF", "%lld", (long long)ra.offset);
     vk_def(k, "RP_INVERSE", "%d", ra.inverse != 0);
     vk_def(k, "RP_HAS_POS", "%d", n->nin > 1);
@@ -151,6 +141,54 @@ mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_ca
 /* ---- attention ------------------------------------------------------------ */
 
 enum { AT_FWD = 0, AT_LSE = 1, AT_BWD_Q = 2, AT_BWD_KV = 3 };
+static const char *const at_op_key[4] = {"fwd", "lse", "dq", "dkv"};
+
+/* The geometry of an attention node as its kernels see it: rows are what a
+ * workgroup's block holds (query rows; key rows for dk/dv), items what it
+ * streams (keys; (query head, query row) pairs for dk/dv). */
+typedef struct at_geom {
+    int op;
+    int64_t B, Hq, Hkv, Tq, Tk, D, wrt;
+    uint64_t rows, heads, items;
+    int pos_at;
+} at_geom;
+
+static at_geom at_geom_of(const mn_graph *g, const node *n, int op) {
+    const node *q = tr_in(g, n, 0), *kk = tr_in(g, n, 1);
+    at_geom a = {.op = op, .B = q->shape[0], .Hq = q->shape[1], .Tq = q->shape[2], .D = q->shape[3],
+                 .Hkv = kk->shape[1], .Tk = kk->shape[2]};
+    const bool kv = op == AT_BWD_KV;
+    a.wrt = kv ? attention_attrs_of(n).wrt : 0;
+    a.rows = (uint64_t)(kv ? a.Tk : a.Tq);
+    a.heads = (uint64_t)(a.B * (kv ? a.Hkv : a.Hq));
+    a.items = kv ? (uint64_t)(a.Hq / a.Hkv) * (uint64_t)a.Tq : (uint64_t)a.Tk;
+    a.pos_at = op == AT_FWD || op == AT_LSE ? 3 : 5;
+    return a;
+}
+
+/* The mask, scale, position and shape defines both templates share. */
+static void at_def_common(vk_kernel *k, const mn_graph *g, const node *n, const at_geom *a) {
+    char sc[48];
+    const mn_attention_attrs at = attention_attrs_of(n);
+    vk_def(k, "AT_OP", "%d", a->op);
+    vk_def(k, "AT_B", "%lldu", (long long)a->B);
+    vk_def(k, "AT_HQ", "%lldu", (long long)a->Hq);
+    vk_def(k, "AT_HKV", "%lldu", (long long)a->Hkv);
+    vk_def(k, "AT_GRP", "%lldu", (long long)(a->Hq / a->Hkv));
+    vk_def(k, "AT_TQ", "%lld", (long long)a->Tq);
+    vk_def(k, "AT_TK", "%lld", (long long)a->Tk);
+    vk_def(k, "AT_D", "%lldu", (long long)a->D);
+    vk_def(k, "AT_CAUSAL", "%d", at.causal != 0);
+    vk_def(k, "AT_WINDOW", "%lld", (long long)(at.causal ? at.window : 0));
+    vk_def(k, "AT_SCALE", "%s", tr_flit(sc, sizeof sc, (float)at.scale));
+    vk_def(k, "AT_HAS_POS", "%d", n->nin > a->pos_at);
+    if (n->nin > a->pos_at) tr_def_pos(k, "AT_POS", a->pos_at);
+    vk_def(k, "AT_WRT_V", "%d", (int)a->wrt);
+    vk_def_u(k, "AT_PART", (uint64_t)(a->B * a->Hkv * a->Tk * a->D)); /* an element offset: the index type */
+    vk_def(k, "AT_NROWS", "%llu", (unsigned long long)a->rows);
+}
+
+/* ---- the row kernel (attention.glsl): decoding steps and small shapes ---- */
 
 /* The unrolled run of a head-dimension loop (a divisor of D) and of the
  * tile load (attention.glsl AT_DU, AT_LU): under a loop limiter, long enough
@@ -175,11 +213,18 @@ static uint64_t at_dloops(int op, int64_t wrt) {
     }
 }
 
+/* The merge of a row's S partial results all at once (attention.glsl
+ * AT_PMERGE): the tile buffer holds every invocation's partial row. */
+static bool at_pmerge(uint64_t local, uint64_t S, uint64_t bk, uint64_t itemw, int64_t D) {
+    return S > 1 && local * ((uint64_t)D | 1) <= bk * (itemw | 1);
+}
+
 /* Loop iterations of one attention invocation (attention.glsl): the row
  * set-up; per tile of bk items the tile loop, its load runs and its share
  * of the items with their head-dimension runs; then the merge of the S
- * partial results (the forward's maxima and sums, one run per column
- * group of each of the nout outputs with S steps each). */
+ * partial results (the forward's maxima and sums; then for each of the
+ * nout outputs the store of the partial row and the sums of S parts of
+ * the invocation's elements, or one run per column group with S steps). */
 static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t bk, uint64_t local, uint64_t S,
                                    uint64_t itemw, int64_t D, int op, int64_t wrt) {
     const uint64_t tiles = (items + bk - 1) / bk, druns = (uint64_t)D / at_du(caps, D);
@@ -187,7 +232,10 @@ static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t
     const uint64_t per_tile = 1 + (loads + AT_LU - 1) / AT_LU + (bk + S - 1) / S * (1 + at_dloops(op, wrt) * druns);
     uint64_t it = druns + 1 + tiles * per_tile;
     if (op == AT_FWD || op == AT_LSE) it += S > 1 ? 2 * S : 0;
-    if (op != AT_LSE) it += nout * druns * (1 + (S > 1 ? S : 0));
+    if (op != AT_LSE && at_pmerge(local, S, bk, itemw, D))
+        it += nout * (druns + ((local / S) * (uint64_t)D + local - 1) / local * (1 + S));
+    else if (op != AT_LSE)
+        it += nout * druns * (1 + (S > 1 ? S : 0));
     return it;
 }
 
@@ -197,65 +245,291 @@ static uint64_t at_loop_iterations(const vk_caps *caps, uint64_t items, uint64_t
  * merged in shared memory at the end (so a decoding step with Tq = 1 keeps
  * a whole workgroup busy). Items are streamed in tiles of BK rows of ITEMW
  * floats through shared memory. */
-static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op,
-                               char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
-    const node *q = tr_in(g, n, 0), *kk = tr_in(g, n, 1);
-    const int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], D = q->shape[3];
-    const int64_t Hkv = kk->shape[1], Tk = kk->shape[2];
-    const int pos_at = op == AT_FWD || op == AT_LSE ? 3 : 5;
+static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                    const at_geom *a, char *err, size_t cap) {
+    const int op = a->op;
+    const int64_t D = a->D;
     const bool kv = op == AT_BWD_KV;
-    const uint64_t rows = (uint64_t)(kv ? Tk : Tq), heads = (uint64_t)(B * (kv ? Hkv : Hq));
     const uint32_t local = tr_local(caps, 64);
     uint32_t R = 1;
-    while (R < rows && R < local) R *= 2;
+    while (R < a->rows && R < local) R *= 2;
     const uint64_t itemw = op == AT_LSE ? (uint64_t)D : kv ? 2 * (uint64_t)D + 2 : 2 * (uint64_t)D;
     const uint64_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384, reserve = 2ull * local * 4;
     uint64_t bk = 64;
-    while (bk > 1 && bk * itemw * 4 + reserve > smem) bk /= 2;
-    if (bk * itemw * 4 + reserve > smem)
+    /* shared rows padded to an odd stride (attention.glsl AT_ISTR) */
+    while (bk > 1 && bk * (itemw | 1) * 4 + reserve > smem) bk /= 2;
+    if (bk * (itemw | 1) * 4 + reserve > smem)
         return tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, "head dimension too large for the device's shared memory");
     /* fewer rows per workgroup, more invocations per row, while a row's
      * items overrun the loop limiter */
-    const uint64_t items = kv ? (uint64_t)(Hq / Hkv) * (uint64_t)Tq : (uint64_t)Tk;
-    const int64_t wrt = kv ? attention_attrs_of(n).wrt : 0;
-    uint64_t iters = at_loop_iterations(caps, items, bk, local, local / R, itemw, D, op, wrt);
+    uint64_t iters = at_loop_iterations(caps, a->items, bk, local, local / R, itemw, D, op, a->wrt);
     while (!vk_loops_fit(caps, iters) && R > 1) {
         R /= 2;
-        iters = at_loop_iterations(caps, items, bk, local, local / R, itemw, D, op, wrt);
+        iters = at_loop_iterations(caps, a->items, bk, local, local / R, itemw, D, op, a->wrt);
     }
     if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
     const uint32_t S = local / R;
-    const uint64_t nblk = (rows + R - 1) / R;
-    char sc[48];
+    const uint64_t nblk = (a->rows + R - 1) / R;
     k->tmpl = "attention";
-    vk_def(k, "AT_OP", "%d", op);
-    vk_def(k, "AT_B", "%lldu", (long long)B);
-    vk_def(k, "AT_HQ", "%lldu", (long long)Hq);
-    vk_def(k, "AT_HKV", "%lldu", (long long)Hkv);
-    vk_def(k, "AT_GRP", "%lldu", (long long)(Hq / Hkv));
-    vk_def(k, "AT_TQ", "%lld", (long long)Tq);
-    vk_def(k, "AT_TK", "%lld", (long long)Tk);
-    vk_def(k, "AT_D", "%lldu", (long long)D);
-    const mn_attention_attrs at = attention_attrs_of(n);
+    at_def_common(k, g, n, a);
     vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(caps, D));
     vk_def(k, "AT_D_ONE_RUN", "%d", at_du(caps, D) == (uint64_t)D);
     vk_def(k, "AT_LU", "%du", AT_LU);
-    vk_def(k, "AT_CAUSAL", "%d", at.causal != 0);
-    vk_def(k, "AT_WINDOW", "%lld", (long long)(at.causal ? at.window : 0));
-    vk_def(k, "AT_SCALE", "%s", tr_flit(sc, sizeof sc, (float)at.scale));
-    vk_def(k, "AT_HAS_POS", "%d", n->nin > pos_at);
-    if (n->nin > pos_at) tr_def_pos(k, "AT_POS", pos_at);
-    vk_def(k, "AT_WRT_V", "%d", kv ? (int)at.wrt : 0);
-    vk_def(k, "AT_PART", "%lluu", (unsigned long long)(B * Hkv * Tk * D));
-    vk_def(k, "AT_NROWS", "%llu", (unsigned long long)rows);
     vk_def(k, "AT_R", "%u", R);
     vk_def(k, "AT_S", "%u", S);
     vk_def(k, "AT_BK", "%llu", (unsigned long long)bk);
     vk_def(k, "AT_ITEMW", "%lluu", (unsigned long long)itemw);
+    vk_def(k, "AT_ISTR", "%lluu", (unsigned long long)(itemw | 1));
+    vk_def(k, "AT_PSTR", "%lluu", (unsigned long long)((uint64_t)D | 1));
     vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
-    return tr_launch_groups(k, g, n, caps, heads * nblk, local, err, cap);
+    vk_def(k, "AT_PMERGE", "%d", op != AT_LSE && at_pmerge(local, S, bk, itemw, D));
+    return tr_launch_groups(k, g, n, caps, a->heads * nblk, local, err, cap);
+}
+
+/* ---- the tile kernel (attention_tile.glsl): real sizes ------------------- */
+
+/* A block of bm rows, tiles of bn items, tm rows and bn / lx items (and
+ * D / lx output columns) per invocation, lx invocations per row. */
+typedef struct at_tile {
+    uint32_t bm, bn, tm, lx;
+} at_tile;
+
+/* D padded to whole vec4 chunks of every one of the lx invocations of a row. */
+static uint64_t at_tile_dp(int64_t D, uint32_t lx) { return ((uint64_t)D + 4 * lx - 1) / (4 * lx) * (4 * lx); }
+
+/* Shared memory of a tile configuration, as attention_tile.glsl declares it. */
+static uint64_t at_tile_shared(const at_geom *a, at_tile t) {
+    const uint64_t row = (at_tile_dp(a->D, t.lx) / 4 + 1) * 16, prow = ((uint64_t)t.bn / 4 + 1) * 16;
+    switch (a->op) {
+    case AT_FWD: return t.bm * row + 2 * t.bn * row + t.bm * prow + 4ull * t.bm * t.lx;
+    case AT_LSE: return t.bm * row + t.bn * row + 4ull * t.bm * t.lx;
+    case AT_BWD_Q: return 2 * t.bm * row + 2 * t.bn * row + t.bm * prow;
+    default:
+        return (a->wrt == 1 ? 1 : 2) * t.bm * row + 2 * t.bn * row + (a->wrt == 2 ? 2 : 1) * t.bm * prow + 8ull * t.bn;
+    }
+}
+
+/* Loop iterations of one invocation of the tile kernel: the row loads, then
+ * per tile the tile loop and the runs of its head-dimension and item loops
+ * (run vec4 chunks each). */
+static uint64_t at_tile_iterations(const at_geom *a, at_tile t, uint32_t run) {
+    const uint64_t nt = (uint64_t)t.bm / t.tm * t.lx, dp = at_tile_dp(a->D, t.lx);
+    const uint64_t per_item_head = (uint64_t)(a->op == AT_BWD_KV ? a->Tq : a->Tk);
+    const uint64_t tiles = (uint64_t)(a->op == AT_BWD_KV ? a->Hq / a->Hkv : 1) * ((per_item_head + t.bn - 1) / t.bn);
+    const uint64_t dq = ((uint64_t)a->D + 3) / 4, jq = t.bn / 4;
+    const uint64_t inner = (dq + run - 1) / run + (a->op == AT_LSE ? 0 : (jq + run - 1) / run);
+    return ((uint64_t)t.bm * dp + nt - 1) / nt + tiles * (1 + inner) + 4;
+}
+
+/* NULL if t can run a's kernel on the device, else why not. */
+static const char *at_tile_unfit(const at_geom *a, at_tile t, const vk_caps *caps, uint32_t run) {
+    const uint64_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
+    const uint32_t lim = caps->max_invocations ? caps->max_invocations : 128;
+    if (!t.bm || !t.bn || !t.tm || !t.lx || t.bm % t.tm || t.bn % t.lx || t.bn % 4)
+        return "want rows a multiple of rows per invocation, items a multiple of 4 and of the invocations per row";
+    const uint64_t nt = (uint64_t)t.bm / t.tm * t.lx, dp = at_tile_dp(a->D, t.lx);
+    if (nt > lim) return "more invocations than the device's workgroup allows";
+    if (a->op == AT_BWD_KV && nt < t.bn) return "dk/dv needs at least as many invocations as items per tile";
+    if (at_tile_shared(a, t) > smem) return "more shared memory than the device has";
+    /* registers (larger ones spill): the accumulators and scores, and the
+     * next tile's reads (at most 32) */
+    const uint64_t nacc = a->op == AT_LSE ? 0 : a->op == AT_BWD_KV && a->wrt == 2 ? 2 : 1;
+    const uint64_t dp2 = a->op == AT_BWD_Q || (a->op == AT_BWD_KV && a->wrt != 1) ? 2 : 1;
+    const uint64_t narr = a->op == AT_LSE ? 1 : 2;
+    if ((uint64_t)t.tm * (t.bn / t.lx) * dp2 + nacc * t.tm * dp / t.lx > 128 ||
+        narr * (((uint64_t)t.bn * dp + nt - 1) / nt) > 32)
+        return "too many registers per invocation";
+    if (!vk_loops_fit(caps, at_tile_iterations(a, t, run))) return "over the driver's loop limit";
+    return NULL;
+}
+
+/* The candidates of each op, best first (docs/PERF.md "Attention
+ * kernels"): the first that fits the device and makes a grid of at least
+ * AT_MIN_GROUPS workgroups is taken; if none does, the fitting one with the
+ * largest grid (small problems: smaller blocks, more workgroups). */
+#define AT_MIN_GROUPS 128
+static const at_tile at_cands[4][8] = {
+    [AT_FWD] = {{64, 32, 4, 8}, {32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
+    [AT_LSE] = {{64, 32, 4, 8}, {32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
+    [AT_BWD_Q] = {{32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
+    [AT_BWD_KV] = {{32, 32, 2, 8}, {16, 32, 1, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
+};
+
+/* Tuning knobs (docs/PERF.md): MEGANEURA_ATTN = auto (default) | rows (the
+ * row kernel everywhere, the kernels before the tiles) | tiles (the tile
+ * kernel wherever a configuration fits); MEGANEURA_ATTN_TILE = a comma list
+ * of op=BMxBNxTMxLX with op fwd, lse, dq or dkv (that configuration, as
+ * given, for every node of the op); MEGANEURA_ATTN_RUN = N | full: the
+ * tile kernel's head-dimension and item loops run in unrolled runs of N
+ * vec4 chunks (1: plain loops; full: one run; default 4, under a loop
+ * limiter 1 where it fits: lavapipe's JIT takes seconds for long code);
+ * MEGANEURA_ATTN_PREFETCH = 1 | 0: whether the next tile's global reads are
+ * issued before the current tile is used (default 1, 0 under a loop
+ * limiter). A value that does not parse is an error naming it. */
+#define AT_RUN_DEFAULT 4
+#define AT_RUN_FULL 1024
+typedef struct at_knobs {
+    int kernel; /* 0 auto, 1 rows, 2 tiles */
+    uint32_t run; /* 0: the device's default */
+    int prefetch; /* -1: the device's default */
+    bool have[4];
+    at_tile tile[4];
+} at_knobs;
+
+static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, char *err, size_t cap) {
+    memset(kn, 0, sizeof *kn);
+    kn->run = 0; /* the device's default */
+    kn->prefetch = -1;
+    const char *e = getenv("MEGANEURA_ATTN");
+    char msg[256];
+    if (e && *e) {
+        if (strcmp(e, "auto") == 0) kn->kernel = 0;
+        else if (strcmp(e, "rows") == 0) kn->kernel = 1;
+        else if (strcmp(e, "tiles") == 0) kn->kernel = 2;
+        else {
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN='%.64s': want auto, rows or tiles", e);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+    }
+    e = getenv("MEGANEURA_ATTN_RUN");
+    if (e && *e) {
+        char *end = NULL;
+        const unsigned long v = strtoul(e, &end, 10);
+        if (strcmp(e, "full") == 0) kn->run = AT_RUN_FULL;
+        else if (e[0] >= '1' && e[0] <= '9' && *end == 0 && v <= 64) kn->run = (uint32_t)v;
+        else {
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN_RUN='%.64s': want 1 .. 64 or full", e);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+    }
+    e = getenv("MEGANEURA_ATTN_PREFETCH");
+    if (e && *e) {
+        if (strcmp(e, "0") != 0 && strcmp(e, "1") != 0) {
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN_PREFETCH='%.64s': want 0 or 1", e);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        kn->prefetch = e[0] - '0';
+    }
+    e = getenv("MEGANEURA_ATTN_TILE");
+    for (const char *p = e; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[64];
+        int op = -1, used = 0;
+        unsigned bm, bn, tm, lx;
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), p);
+        for (int o = 0; o < 4; o++) {
+            const size_t kl = strlen(at_op_key[o]);
+            if (strncmp(item, at_op_key[o], kl) == 0 && item[kl] == '=') op = o;
+        }
+        if (op < 0 || len >= sizeof item ||
+            sscanf(item + strlen(at_op_key[op]) + 1, "%ux%ux%ux%u%n", &bm, &bn, &tm, &lx, &used) != 4 ||
+            item[strlen(at_op_key[op]) + 1 + (size_t)used] != 0 || bm > 4096 || bn > 4096 || tm > 4096 || lx > 4096) {
+            snprintf(msg, sizeof msg,
+                     "MEGANEURA_ATTN_TILE item '%.64s': want op=BMxBNxTMxLX with op fwd, lse, dq or dkv", item);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        kn->have[op] = true;
+        kn->tile[op] = (at_tile){bm, bn, tm, lx};
+        p = end ? end + 1 : NULL;
+    }
+    return MN_OK;
+}
+
+/* NULL if t fits with one of the runs to try (the knob's; by default 4,
+ * under a loop limiter the shortest code that fits: plain loops, else runs
+ * of 4, else whole loops), *run set; else why not (for the last run). */
+static const char *at_tile_unfit_runs(const at_geom *a, at_tile t, const vk_caps *caps, const at_knobs *kn,
+                                      uint32_t *run) {
+    static const uint32_t limited[] = {1, AT_RUN_DEFAULT, AT_RUN_FULL};
+    const uint32_t *runs = kn->run ? &kn->run : caps->loop_limit ? limited : (const uint32_t[]){AT_RUN_DEFAULT};
+    const size_t nruns = kn->run || !caps->loop_limit ? 1 : MN_ARRAY_LEN(limited);
+    const char *why = NULL;
+    for (size_t i = 0; i < nruns; i++) {
+        *run = runs[i];
+        if (!(why = at_tile_unfit(a, t, caps, runs[i]))) return NULL;
+    }
+    return why;
+}
+
+/* Picks the tile configuration and its run; false if none fits (the row
+ * kernel then runs). A knob's configuration that does not fit is an error. */
+static mn_status at_tile_pick(at_tile *out, uint32_t *run, bool *found, const at_geom *a, const at_knobs *kn,
+                              const vk_caps *caps, const mn_graph *g, const node *n, char *err, size_t cap) {
+    *found = false;
+    if (kn->have[a->op]) {
+        const at_tile t = kn->tile[a->op];
+        const char *why = at_tile_unfit_runs(a, t, caps, kn, run);
+        if (why) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN_TILE %s=%ux%ux%ux%u for D %lld: %s", at_op_key[a->op], t.bm, t.bn,
+                     t.tm, t.lx, (long long)a->D, why);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        *out = t;
+        *found = true;
+        return MN_OK;
+    }
+    uint64_t best = 0;
+    for (size_t i = 0; i < MN_ARRAY_LEN(at_cands[a->op]) && at_cands[a->op][i].bm; i++) {
+        const at_tile t = at_cands[a->op][i];
+        uint32_t r;
+        if (at_tile_unfit_runs(a, t, caps, kn, &r)) continue;
+        const uint64_t nwg = (a->rows + t.bm - 1) / t.bm * a->heads;
+        if (nwg > best) {
+            best = nwg;
+            *out = t;
+            *run = r;
+            *found = true;
+        }
+        if (nwg >= AT_MIN_GROUPS) break;
+    }
+    return MN_OK;
+}
+
+static mn_status gen_attention_tile(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                    const at_geom *a, at_tile t, uint32_t run, bool prefetch, char *err,
+                                    size_t cap) {
+    const uint64_t nblk = (a->rows + t.bm - 1) / t.bm, nt = (uint64_t)t.bm / t.tm * t.lx;
+    k->tmpl = "attention_tile";
+    at_def_common(k, g, n, a);
+    vk_def(k, "AT_DP", "%lluu", (unsigned long long)at_tile_dp(a->D, t.lx));
+    vk_def(k, "AT_PADDED", "%d", at_tile_dp(a->D, t.lx) != (uint64_t)a->D);
+    vk_def(k, "AT_BM", "%uu", t.bm);
+    vk_def(k, "AT_BN", "%uu", t.bn);
+    vk_def(k, "AT_TM", "%uu", t.tm);
+    vk_def(k, "AT_LX", "%uu", t.lx);
+    const uint32_t most = (uint32_t)(((uint64_t)a->D + 3) / 4 > t.bn / 4 ? ((uint64_t)a->D + 3) / 4 : t.bn / 4);
+    vk_def(k, "AT_RUN", "%uu", run < most ? run : most);
+    vk_def(k, "AT_PREFETCH", "%d", prefetch ? 1 : 0);
+    vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
+    return tr_launch_groups(k, g, n, caps, a->heads * nblk, (uint32_t)nt, err, cap);
+}
+
+/* The tile kernel for shapes with enough rows and items (or where the knob
+ * asks for it and a configuration fits), the row kernel otherwise:
+ * decoding steps (one query row over the cache) keep a whole workgroup on
+ * each row there, and operands past vk_caps.index_max (64-bit indexing)
+ * take it too. */
+static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, int op,
+                               char *err, size_t cap) {
+    mn_status st;
+    at_knobs kn;
+    if ((st = at_knobs_read(&kn, g, n, err, cap))) return st;
+    const at_geom a = at_geom_of(g, n, op);
+    const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
+    /* the tile kernel indexes in 32 bits: 64-bit shapes take the row kernel */
+    if (want && kn.kernel != 1 && !k->idx64) {
+        at_tile t;
+        uint32_t run = 0;
+        bool found;
+        if ((st = at_tile_pick(&t, &run, &found, &a, &kn, caps, g, n, err, cap))) return st;
+        /* prefetching keeps the next tile's reads live across barriers, which
+         * lavapipe's JIT (barriers as coroutines) compiles slowly: off there */
+        const bool prefetch = kn.prefetch < 0 ? caps->loop_limit == 0 : kn.prefetch == 1;
+        if (found) return gen_attention_tile(k, g, n, caps, &a, t, run, prefetch, err, cap);
+    }
+    return gen_attention_rows(k, g, n, caps, &a, err, cap);
 }
 
 mn_status vkgen_attention(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
@@ -278,13 +552,11 @@ mn_status vkgen_attention_bwd_kv(vk_kernel *k, const mn_graph *g, const node *n,
 /* (out, dout, lse) -> (lse, delta) per query row: one invocation per row. */
 mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                    char *err, size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *o = tr_in(g, n, 0);
     if (!vk_loops_fit(caps, (uint64_t)o->shape[3])) return vk_loop_fail(g, n, caps, (uint64_t)o->shape[3], err, cap);
     k->tmpl = "attention_prep";
     vk_def(k, "AP_D", "%lldu", (long long)o->shape[3]);
-    vk_def(k, "AP_ROWS", "%lluu", (unsigned long long)(node_numel(o) / o->shape[3]));
+    vk_def_u(k, "AP_ROWS", (uint64_t)(node_numel(o) / o->shape[3]));
     vk_launch_1d(k, caps, (uint64_t)(node_numel(o) / o->shape[3]), tr_local(caps, 64));
     return MN_OK;
 }
@@ -295,13 +567,11 @@ mn_status vkgen_attention_bwd_prep(vk_kernel *k, const mn_graph *g, const node *
  * the node's storage is the cache's (memplan alias). */
 mn_status vkgen_kv_append(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                           size_t cap) {
-    mn_status st = tr_check_size(g, n, caps, err, cap);
-    if (st) return st;
     const node *x = tr_in(g, n, 1);
     k->tmpl = "kv_append";
-    vk_def(k, "KV_TMAX", "%lld", (long long)n->shape[n->rank - 2]);
-    vk_def(k, "KV_TNEW", "%lldu", (long long)x->shape[x->rank - 2]);
-    vk_def(k, "KV_D", "%lldu", (long long)x->shape[x->rank - 1]);
+    vk_def(k, "KV_TMAX", "%lld", (long long)n->shape[n->rank - 2]); /* a sequence length: compared in int */
+    vk_def_u(k, "KV_TNEW", (uint64_t)x->shape[x->rank - 2]);
+    vk_def_u(k, "KV_D", (uint64_t)x->shape[x->rank - 1]);
     tr_def_pos(k, "KV_POS", 2);
     vk_launch_1d(k, caps, (uint64_t)node_numel(x), tr_local(caps, 64));
     return MN_OK;

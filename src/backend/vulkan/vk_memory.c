@@ -4,6 +4,13 @@
  * staging buffer, and the one place that knows where a tensor lives
  * (vkb_operand, vkb_page_info).
  *
+ * Test hooks (tests only, decimal digits): MEGANEURA_FAULT_DEVICE_MEMORY=<bytes>
+ * reports every heap as holding at most that many bytes (a small GPU, or a
+ * budget others have used up); MEGANEURA_FAULT_ALLOC=<n> makes the n-th
+ * chunk allocation (from 1) of a session fail with
+ * VK_ERROR_OUT_OF_DEVICE_MEMORY, as when another process takes the memory
+ * between the heap check and the allocation.
+ *
  * Does not: record or submit commands (vk_backend.c), make pipelines
  * (vk_pipeline.c).
  */
@@ -26,7 +33,7 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bi.size = size;
     bi.usage = usage;
-    VKCHECK(vkCreateBuffer(b->c.device, &bi, NULL, buf), "vkCreateBuffer");
+    VKCHECK(vkCreateBuffer(b->c.device, &bi, b->c.alloc, buf), "vkCreateBuffer");
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(b->c.device, *buf, &req);
     int type = find_memory(&b->c, req.memoryTypeBits, want, nice);
@@ -41,7 +48,7 @@ static mn_status make_buffer(vkb *b, VkBuffer *buf, VkDeviceMemory *mem, VkDevic
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = (uint32_t)type;
-    VKCHECK(vkAllocateMemory(b->c.device, &ai, NULL, mem), "vkAllocateMemory");
+    VKCHECK(vkAllocateMemory(b->c.device, &ai, b->c.alloc, mem), "vkAllocateMemory");
     VKCHECK(vkBindBufferMemory(b->c.device, *buf, *mem, 0), "vkBindBufferMemory");
     return MN_OK;
 }
@@ -60,18 +67,46 @@ VkBuffer vkb_chunk_at(const vkb *b, int a, VkDeviceSize off, VkDeviceSize *local
     return b->bufs[a][k];
 }
 
+/* A test hook's decimal value: false when unset; MN_E_INVALID (named) when
+ * malformed. */
+static mn_status fault_count(const char *name, uint64_t *out, bool *set, char *err, size_t cap) {
+    const char *v = getenv(name);
+    *set = v && *v;
+    if (!*set) return MN_OK;
+    uint64_t x = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || x > (UINT64_MAX - 9) / 10) {
+            mn_fmt(err, cap, "vulkan: %s='%s': want decimal digits", name, v);
+            return MN_E_INVALID;
+        }
+        x = x * 10 + (uint64_t)(*c - '0');
+    }
+    *out = x;
+    return MN_OK;
+}
+
 /* Device-local bytes available in heap h: the budget left (VK_EXT_memory_budget)
- * or the heap's size. *how says which. */
-static VkDeviceSize heap_room(const vkb *b, uint32_t h, const char **how) {
+ * or the heap's size, at most `fault` (MEGANEURA_FAULT_DEVICE_MEMORY, when
+ * has_fault). *how says which. */
+static VkDeviceSize heap_room(const vkb *b, uint32_t h, bool has_fault, uint64_t fault, const char **how) {
     VkDeviceSize size = b->c.mem.memoryHeaps[h].size;
     *how = "heap size";
-    if (!b->c.caps.memory_budget) return size;
-    VkPhysicalDeviceMemoryBudgetPropertiesEXT mb = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-    VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &mb};
-    vkGetPhysicalDeviceMemoryProperties2(b->c.phys, &m2);
-    if (!mb.heapBudget[h]) return size;
-    *how = "heap budget left";
-    return mb.heapBudget[h] > mb.heapUsage[h] ? mb.heapBudget[h] - mb.heapUsage[h] : 0;
+    if (b->c.caps.memory_budget) {
+        VkPhysicalDeviceMemoryBudgetPropertiesEXT mb = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+        VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                                .pNext = &mb};
+        vkGetPhysicalDeviceMemoryProperties2(b->c.phys, &m2);
+        if (mb.heapBudget[h]) {
+            *how = "heap budget left";
+            size = mb.heapBudget[h] > mb.heapUsage[h] ? mb.heapBudget[h] - mb.heapUsage[h] : 0;
+        }
+    }
+    if (has_fault && fault < size) {
+        *how = "lowered by MEGANEURA_FAULT_DEVICE_MEMORY";
+        size = fault;
+    }
+    return size;
 }
 
 mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
@@ -95,7 +130,11 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
     VkDeviceSize need[VK_MAX_MEMORY_HEAPS] = {0}, total = 0;
     uint32_t nbuf = 0;
     int32_t *types[MP_ARENA_COUNT] = {0};
-    mn_status st = MN_OK;
+    uint64_t fault_mem = 0, fault_alloc = 0;
+    bool has_fault_mem, has_fault_alloc;
+    mn_status st = fault_count("MEGANEURA_FAULT_DEVICE_MEMORY", &fault_mem, &has_fault_mem, err, cap);
+    if (!st) st = fault_count("MEGANEURA_FAULT_ALLOC", &fault_alloc, &has_fault_alloc, err, cap);
+    if (st) return st;
     for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
         VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a], nk = (size + b->chunk - 1) / b->chunk;
         if (nk > UINT32_MAX / 2) { /* chunk indices are 32-bit (and the heap check below fails long before) */
@@ -119,7 +158,7 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             bi.size = chunk_size(b, a, k);
             bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                        VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-            VkResult r = vkCreateBuffer(b->c.device, &bi, NULL, &b->bufs[a][k]);
+            VkResult r = vkCreateBuffer(b->c.device, &bi, b->c.alloc, &b->bufs[a][k]);
             if (r != VK_SUCCESS) {
                 st = vkb_fail(b, r, "vkCreateBuffer", err, cap);
                 break;
@@ -139,9 +178,12 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             nbuf++;
         }
     }
+    VkDeviceSize rooms[VK_MAX_MEMORY_HEAPS] = {0};
+    const char *hows[VK_MAX_MEMORY_HEAPS] = {0};
     for (uint32_t h = 0; h < b->c.mem.memoryHeapCount && !st; h++) {
-        const char *how;
-        VkDeviceSize room = need[h] ? heap_room(b, h, &how) : 0;
+        const char *how = "";
+        VkDeviceSize room = need[h] ? heap_room(b, h, has_fault_mem, fault_mem, &how) : 0;
+        rooms[h] = room, hows[h] = how;
         if (need[h] <= room) continue;
         mn_fmt(err, cap,
                "vulkan: the model needs %llu bytes of device memory (parameters %llu, optimizer state %llu, "
@@ -155,6 +197,7 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
     }
     /* a dedicated allocation per chunk: the driver places each one afresh
      * (large pages) instead of in space left by earlier sessions' buffers */
+    uint64_t nalloc = 0;
     for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
         for (uint32_t k = 0; k < b->nchunks[a] && !st; k++) {
             VkMemoryRequirements req;
@@ -164,14 +207,21 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = &ded};
             ai.allocationSize = req.size;
             ai.memoryTypeIndex = (uint32_t)types[a][k];
-            VkResult r = vkAllocateMemory(b->c.device, &ai, NULL, &b->mems[a][k]);
+            VkResult r = has_fault_alloc && ++nalloc == fault_alloc
+                             ? VK_ERROR_OUT_OF_DEVICE_MEMORY
+                             : vkAllocateMemory(b->c.device, &ai, b->c.alloc, &b->mems[a][k]);
             if (r == VK_SUCCESS) r = vkBindBufferMemory(b->c.device, b->bufs[a][k], b->mems[a][k], 0);
             if (r != VK_SUCCESS) {
                 st = vkb_fail(b, r, "vkAllocateMemory", err, cap);
-                if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY) /* the heap check passed: others took the memory */
+                if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY) { /* the heap check passed: others took the memory */
+                    const uint32_t h = b->c.mem.memoryTypes[types[a][k]].heapIndex;
                     mn_fmt(err, cap, "vulkan: vkAllocateMemory: out of device memory for chunk %u of the %s arena "
-                           "(%llu bytes; the model needs %llu in all)", k, names[a],
-                           (unsigned long long)req.size, (unsigned long long)total);
+                           "(%llu bytes) on '%s'; the model needs %llu bytes in all, and memory heap %u had %llu "
+                           "(%s) when the session checked: other programs took memory since", k, names[a],
+                           (unsigned long long)req.size, b->c.props.deviceName, (unsigned long long)total, h,
+                           (unsigned long long)rooms[h], hows[h] ? hows[h] : "unknown");
+                    st = MN_E_NOMEM;
+                }
             }
         }
     }
@@ -202,6 +252,20 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
 operand_span vkb_operand(const vkb *b, int32_t id) {
     const mp_slot *s = &b->p->plan->slots[id];
     operand_span o = {0};
+    if (b->ext_of) { /* a host buffer (bound whole, from its offset) */
+        int32_t k = b->ext_of[memplan_root(b->p->g, id)] - 1;
+        if (k >= 0) {
+            const ext_binding *e = &b->ext[k];
+            o.buf = EXT_BUF0 + (uint32_t)k;
+            o.handle = e->buf;
+            o.offset = e->offset;
+            o.range = (s->bytes + 3) / 4 * 4;
+            if (o.range < 4) o.range = 4;
+            o.span = o.range;
+            o.live = true;
+            return o;
+        }
+    }
     uint64_t pages = memplan_pages(b->p->plan, id);
     if (pages) { /* page 0 here; page_info for each */
         o.buf = (uint32_t)s->arena;
@@ -232,6 +296,22 @@ operand_span vkb_operand(const vkb *b, int32_t id) {
     if (o.offset + o.range > size) o.range = size - o.offset;
     o.span = o.range;
     o.live = true;
+    return o;
+}
+
+/* Operand j of a dispatch: its tensor, or for a range (a parallel region
+ * of a multi-tensor kernel) the binding from the first tensor's start to
+ * the last one's end; the plan keeps a region inside one chunk. */
+operand_span vkb_operand_of(const vkb *b, const node_rt *rt, int j) {
+    operand_span o = vkb_operand(b, rt->opnd[j]);
+    if (!(rt->ranged & (1u << j)) || !o.live) return o;
+    const mp_slot *z = &b->p->plan->slots[rt->opnd_last[j]];
+    const uint32_t k = b->chunk ? (uint32_t)(o.at / b->chunk) : 0;
+    const VkDeviceSize end = z->offset + z->bytes, size = chunk_size(b, (int)o.buf, k);
+    MN_ASSERT(z->arena == (int8_t)o.buf && end >= o.at && (!b->chunk || end <= (VkDeviceSize)(k + 1) * b->chunk));
+    o.range = (end - o.at + 3) / 4 * 4;
+    if (o.offset + o.range > size) o.range = size - o.offset;
+    o.span = o.range;
     return o;
 }
 

@@ -1,12 +1,16 @@
 /* vk_pipeline.c - kernels of the Vulkan backend: descriptor-set and
  * pipeline layouts per page-count signature, one descriptor set per
  * dispatched node, the generated GLSL of every node or fused group compiled
- * (or found in the caches) into pipelines, and the on-disk pipeline cache.
+ * (or found in the caches) into pipelines on all cores (MEGANEURA_THREADS),
+ * and the on-disk pipeline cache.
  *
  * Does not: generate GLSL (vk_codegen*.c, vk_gen_*.c), record or submit
  * (vk_backend.c).
  */
 #include "backend/vulkan/vk_backend_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* The layouts for descriptor counts count[] (found or made): *out indexes
  * b->lays. */
@@ -34,14 +38,14 @@ static mn_status get_layout(vkb *b, const uint32_t *count, int32_t *out, char *e
     li.bindingCount = MAX_OPERANDS;
     li.pBindings = bind;
     b->nlays++; /* destroyed with the rest, made or not */
-    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, NULL, &e->dsl), "vkCreateDescriptorSetLayout");
+    VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, b->c.alloc, &e->dsl), "vkCreateDescriptorSetLayout");
     VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
     VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
     pi.setLayoutCount = 1;
     pi.pSetLayouts = &e->dsl;
     pi.pushConstantRangeCount = 1;
     pi.pPushConstantRanges = &pr;
-    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, NULL, &e->layout), "vkCreatePipelineLayout");
+    VKCHECK(vkCreatePipelineLayout(b->c.device, &pi, b->c.alloc, &e->layout), "vkCreatePipelineLayout");
     *out = b->nlays - 1;
     return MN_OK;
 }
@@ -63,7 +67,7 @@ mn_status vkb_make_layout(vkb *b, char *err, size_t cap) {
  * nothing is updated per step. */
 mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
     const program *p = b->p;
-    uint32_t nsets = 0, ndesc = 0, most = 0;
+    uint32_t nsets = 0, ndesc = 0;
     for (int32_t i = 0; i < p->norder; i++) {
         int32_t id = p->order[i];
         if (b->rt[id].pipe < 0) continue;
@@ -71,7 +75,6 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
         uint32_t nd = 0; /* a set takes every descriptor of its layout, used or not */
         for (int k = 0; k < MAX_OPERANDS; k++) nd += b->lays[b->rt[id].lay].count[k];
         ndesc += nd;
-        if (nd > most) most = nd;
     }
     if (!nsets) return MN_OK;
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, ndesc};
@@ -79,12 +82,10 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
     dpi.maxSets = nsets;
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &ps;
-    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, NULL, &b->dpool), "vkCreateDescriptorPool");
+    VKCHECK(vkCreateDescriptorPool(b->c.device, &dpi, b->c.alloc, &b->dpool), "vkCreateDescriptorPool");
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
     ai.descriptorPool = b->dpool;
     ai.descriptorSetCount = 1;
-    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
-    if (!info) return MN_E_NOMEM;
     mn_status st = MN_OK;
     for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
@@ -96,22 +97,42 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
             st = vkb_fail(b, r, "vkAllocateDescriptorSets", err, cap);
             break;
         }
-        VkWriteDescriptorSet w[MAX_OPERANDS];
-        uint32_t at = 0;
-        for (int k = 0; k < rt->nopnd; k++) {
-            int32_t t = rt->opnd[k];
-            operand_span o = vkb_operand(b, t);
-            w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-            w[k].dstSet = rt->set;
-            w[k].dstBinding = (uint32_t)k;
-            w[k].descriptorCount = o.pages ? o.pages : 1;
-            w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            w[k].pBufferInfo = &info[at];
-            if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
-            for (uint32_t j = 0; j < o.pages; j++) info[at++] = vkb_page_info(b, t, j);
-        }
-        vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
+        st = vkb_write_set(b, id, err, cap);
     }
+    return st;
+}
+
+mn_status vkb_write_set(vkb *b, int32_t id, char *err, size_t cap) {
+    node_rt *rt = &b->rt[id];
+    uint32_t most = 0;
+    for (int k = 0; k < MAX_OPERANDS; k++) most += b->lays[rt->lay].count[k];
+    VkDescriptorBufferInfo *info = malloc(((size_t)most + MAX_OPERANDS) * sizeof *info);
+    if (!info) return MN_E_NOMEM;
+    VkWriteDescriptorSet w[MAX_OPERANDS];
+    uint32_t at = 0;
+    mn_status st = MN_OK;
+    for (int k = 0; k < rt->nopnd; k++) {
+        int32_t t = rt->opnd[k];
+        operand_span o = vkb_operand_of(b, rt, k);
+        w[k] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        w[k].dstSet = rt->set;
+        w[k].dstBinding = (uint32_t)k;
+        w[k].descriptorCount = o.pages ? o.pages : 1;
+        w[k].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        w[k].pBufferInfo = &info[at];
+        if (!o.pages) info[at++] = (VkDescriptorBufferInfo){o.handle, o.offset, o.range};
+        for (uint32_t j = 0; j < o.pages; j++) info[at++] = vkb_page_info(b, t, j);
+        /* pc.off: 32 bits */
+        if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
+            const node *tn = &b->p->g->nodes[t];
+            mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
+                   "constant (at most %llu)", op_table[b->p->g->nodes[id].op].name, id, (unsigned long long)o.elem,
+                   tn->name ? tn->name : op_table[tn->op].name, t, (unsigned long long)b->c.caps.push_off_max);
+            st = MN_E_UNSUPPORTED;
+        }
+        rt->push[k] = (uint32_t)o.elem;
+    }
+    if (!st) vkUpdateDescriptorSets(b->c.device, rt->nopnd, w, 0, NULL);
     free(info);
     return st;
 }
@@ -119,6 +140,10 @@ mn_status vkb_make_sets(vkb *b, char *err, size_t cap) {
 /* ---- pipeline cache (per device and driver, on disk: vk_cache.c) --------- */
 
 void vkb_pcache_load(vkb *b) {
+    if (b->c.host_pcache) { /* the host's cache: used, never saved or destroyed here */
+        b->pcache = b->c.host_pcache;
+        return;
+    }
     char path[1200];
     void *data = NULL;
     size_t n = 0;
@@ -127,10 +152,10 @@ void vkb_pcache_load(vkb *b) {
     ci.initialDataSize = n;
     ci.pInitialData = n ? data : NULL;
     /* vk_cache.c checked our header, the checksum and the driver's header */
-    if (vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache) != VK_SUCCESS) {
+    if (vkCreatePipelineCache(b->c.device, &ci, b->c.alloc, &b->pcache) != VK_SUCCESS) {
         ci.initialDataSize = 0;
         ci.pInitialData = NULL;
-        vkCreatePipelineCache(b->c.device, &ci, NULL, &b->pcache);
+        vkCreatePipelineCache(b->c.device, &ci, b->c.alloc, &b->pcache);
     }
     free(data);
 }
@@ -138,6 +163,7 @@ void vkb_pcache_load(vkb *b) {
 void vkb_pcache_save(vkb *b) {
     char path[1200];
     size_t n = 0;
+    if (b->c.host_pcache) return;
     if (!vk_pipeline_path(path, sizeof path, &b->c.props) || !b->pcache ||
         vkGetPipelineCacheData(b->c.device, b->pcache, &n, NULL) != VK_SUCCESS || !n)
         return;
@@ -150,54 +176,151 @@ void vkb_pcache_save(vkb *b) {
 
 /* ---- kernels ------------------------------------------------------------ */
 
-static uint64_t hash_str(const char *s) { return mn_hash_str(s); }
+/* One distinct kernel to make: its source and layout, and what making it
+ * gave (filled by a worker thread). */
+typedef struct kjob {
+    char *src;
+    char label[64];
+    uint64_t key; /* mn_hash_str(src): found first, then compared in full */
+    int32_t lay;
+    int32_t pipe; /* index into b->pipes once made, or an existing entry */
+    bool cached;
+    mn_status st;
+    char err[512];     /* vk_compile's message */
+    const char *call;  /* the Vulkan call that failed (reported with vr by vkb_fail) */
+    VkResult vr;
+    VkShaderModule module;
+    VkPipeline pipeline;
+} kjob;
 
-static mn_status get_pipeline(vkb *b, const char *src, const char *label, int32_t lay, int32_t *out, char *err,
-                              size_t cap) {
-    uint64_t key = hash_str(src);
-    for (int i = 0; i < b->npipes; i++)
-        if (b->pipes[i].key == key && b->pipes[i].lay == lay) {
-            *out = i;
-            return MN_OK;
-        }
+typedef struct kpool {
+    vkb *b;
+    kjob *jobs;
+    int32_t njobs;
+    atomic_int next;
+} kpool;
+
+/* GLSL -> SPIR-V (through the SPIR-V cache) -> module -> pipeline for one
+ * job. Called from several threads at once: vk_compile keeps no state
+ * between calls (a shaderc compiler per call), module and pipeline creation
+ * are free-threaded on one VkDevice, and the VkPipelineCache is internally
+ * synchronised (created without EXTERNALLY_SYNCHRONIZED). */
+static void make_kernel(vkb *b, kjob *j) {
     uint32_t *words = NULL;
     size_t nwords = 0;
-    bool cached = false;
-    mn_status st = vk_compile(&words, &nwords, src, label, &cached, err, cap);
-    if (st) return st;
-    cached ? b->kernels_cached++ : b->kernels_compiled++;
-    if (b->npipes == b->cap_pipes) {
-        int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
-        pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
-        if (!np) {
-            free(words);
-            return MN_E_NOMEM;
-        }
-        b->pipes = np;
-        b->cap_pipes = c2;
-    }
-    pipe_entry *e = &b->pipes[b->npipes];
-    memset(e, 0, sizeof *e);
-    e->key = key;
-    e->lay = lay;
+    j->st = vk_compile(&words, &nwords, j->src, j->label, &j->cached, j->err, sizeof j->err);
+    if (j->st) return;
     VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
     mi.codeSize = nwords * 4;
     mi.pCode = words;
-    VkResult r = vkCreateShaderModule(b->c.device, &mi, NULL, &e->module);
+    VkResult r = vkCreateShaderModule(b->c.device, &mi, b->c.alloc, &j->module);
     free(words);
-    if (r != VK_SUCCESS) return vkb_fail(b, r, "vkCreateShaderModule", err, cap);
+    if (r != VK_SUCCESS) {
+        j->module = VK_NULL_HANDLE;
+        j->call = "vkCreateShaderModule", j->vr = r, j->st = MN_E_BACKEND;
+        return;
+    }
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage = (VkPipelineShaderStageCreateInfo){.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-    ci.stage.module = e->module;
+    ci.stage.module = j->module;
     ci.stage.pName = "main";
-    ci.layout = b->lays[lay].layout;
-    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, NULL, &e->pipeline);
+    ci.layout = b->lays[j->lay].layout;
+    r = vkCreateComputePipelines(b->c.device, b->pcache, 1, &ci, b->c.alloc, &j->pipeline);
     if (r != VK_SUCCESS) {
-        vkDestroyShaderModule(b->c.device, e->module, NULL);
-        return vkb_fail(b, r, "vkCreateComputePipelines", err, cap);
+        vkDestroyShaderModule(b->c.device, j->module, b->c.alloc);
+        j->module = VK_NULL_HANDLE;
+        j->pipeline = VK_NULL_HANDLE;
+        j->call = "vkCreateComputePipelines", j->vr = r, j->st = MN_E_BACKEND;
     }
-    *out = b->npipes++;
+}
+
+static void *kpool_worker(void *arg) {
+    kpool *pl = arg;
+    for (;;) {
+        int32_t i = (int32_t)atomic_fetch_add(&pl->next, 1);
+        if (i >= pl->njobs) break;
+        if (pl->jobs[i].pipe < 0) make_kernel(pl->b, &pl->jobs[i]);
+    }
+    return NULL;
+}
+
+/* Makes every job that has no pipeline yet on up to mn_thread_count()
+ * threads (the calling one included); a thread that cannot start leaves its
+ * share to the others. */
+static void make_kernels(vkb *b, kjob *jobs, int32_t njobs) {
+    enum { MAX_THREADS = 32 };
+    int32_t todo = 0;
+    for (int32_t i = 0; i < njobs; i++) todo += jobs[i].pipe < 0;
+    int nt = mn_thread_count();
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt > todo) nt = todo > 0 ? (int)todo : 1;
+    kpool pl = {.b = b, .jobs = jobs, .njobs = njobs};
+    atomic_init(&pl.next, 0);
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&th[t], NULL, kpool_worker, &pl) == 0;
+    kpool_worker(&pl);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(th[t], NULL);
+}
+
+/* The job for (src, lay): an existing pipeline of b->pipes, an earlier job
+ * of this build, or a new job (which takes src). -1: out of memory. */
+static int32_t find_job(vkb *b, kjob **jobs, int32_t *njobs, int32_t *capj, char *src, const char *label,
+                        int32_t lay) {
+    uint64_t key = mn_hash_str(src);
+    for (int32_t i = 0; i < *njobs; i++)
+        if ((*jobs)[i].key == key && (*jobs)[i].lay == lay && strcmp((*jobs)[i].src, src) == 0) {
+            free(src);
+            return i;
+        }
+    if (*njobs == *capj) {
+        int32_t c2 = *capj ? 2 * *capj : 64;
+        kjob *nj = realloc(*jobs, (size_t)c2 * sizeof *nj);
+        if (!nj) {
+            free(src);
+            return -1;
+        }
+        *jobs = nj, *capj = c2;
+    }
+    kjob *j = &(*jobs)[*njobs];
+    memset(j, 0, sizeof *j);
+    j->src = src, j->key = key, j->lay = lay, j->pipe = -1;
+    snprintf(j->label, sizeof j->label, "%s", label);
+    for (int i = 0; i < b->npipes; i++)
+        if (b->pipes[i].key == key && b->pipes[i].lay == lay) j->pipe = i;
+    return (*njobs)++;
+}
+
+/* The gradient regions of the multi-update kernels (kir.h): region_of[r]
+ * = the kernel's index for a gradient's storage r (-1: none), and each
+ * kernel's first and last gradient. NULLs when there is none. */
+static mn_status grad_regions(const program *p, int32_t **region_of, int32_t **first, int32_t **last) {
+    *region_of = *first = *last = NULL;
+    if (!p->kernel_kind || !p->kernel_root) return MN_OK;
+    int32_t nmulti = 0;
+    for (int32_t i = 0; i < p->norder; i++) nmulti += p->kernel_kind[p->order[i]] == KIR_MULTI_UPDATE;
+    if (!nmulti) return MN_OK;
+    *region_of = malloc(((size_t)p->g->n + 1) * sizeof **region_of);
+    *first = malloc((size_t)nmulti * sizeof **first);
+    *last = malloc((size_t)nmulti * sizeof **last);
+    if (!*region_of || !*first || !*last) return MN_E_NOMEM;
+    for (int32_t i = 0; i < p->g->n; i++) (*region_of)[i] = -1;
+    int32_t q = 0;
+    for (int32_t i = 0; i < p->norder; i++) {
+        const int32_t id = p->order[i];
+        if (p->kernel_kind[id] != KIR_MULTI_UPDATE || p->kernel_root[id] != id) continue;
+        int32_t nm = 0; /* its updates directly precede it */
+        while (nm < i && p->kernel_root[p->order[i - 1 - nm]] == id) nm++;
+        for (int32_t j = i - nm; j <= i; j++) {
+            const int32_t grad = p->g->nodes[p->order[j]].in[1];
+            (*region_of)[memplan_root(p->g, grad)] = q;
+            if (j == i - nm) (*first)[q] = grad;
+            (*last)[q] = grad;
+        }
+        q++;
+    }
     return MN_OK;
 }
 
@@ -205,22 +328,54 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
     const program *p = b->p;
     const char *dump = getenv("MEGANEURA_DUMP");
     bool dump_glsl = dump && strstr(dump, "glsl");
-    vk_kernel *k = malloc(sizeof *k);
-    if (!k) return MN_E_NOMEM;
-    mn_status st = MN_OK;
+    vk_kernel *k = calloc(1, sizeof *k);
+    int32_t *job_of = malloc((size_t)(p->norder > 0 ? p->norder : 1) * sizeof *job_of);
+    kjob *jobs = NULL;
+    int32_t njobs = 0, capj = 0;
+    int32_t *region_of = NULL, *first_grad = NULL, *last_grad = NULL;
+    if (!k || !job_of) {
+        free(k);
+        free(job_of);
+        return MN_E_NOMEM;
+    }
+    mn_status st = grad_regions(p, &region_of, &first_grad, &last_grad);
     const int32_t *kr = p->kernel_root;
+    /* 1. generate every kernel's source (serial, cheap), one job per
+     * distinct (source, layout); 2. compile and create the pipelines of the
+     * jobs on all cores; 3. hand each node its pipeline */
     for (int32_t i = 0; i < p->norder && !st; i++) {
         int32_t id = p->order[i];
         const node *n = &p->g->nodes[id];
         node_rt *rt = &b->rt[id];
         rt->pipe = -1;
+        job_of[i] = -1;
         if (kr && kr[id] != id) continue; /* computed by its root's kernel */
         /* the members folded into this node's kernel directly precede it */
         int nm = 0;
         while (kr && nm < i && kr[p->order[i - 1 - nm]] == id) nm++;
         rt->opnd[0] = id;
         rt->written = 0;
-        if (nm) {
+        rt->ranged = 0;
+        vk_kernel_clear(k);
+        const kir_kind kind = nm && p->kernel_kind ? (kir_kind)p->kernel_kind[id] : KIR_SINGLE;
+        if (kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ) {
+            vk_operands ops;
+            if (kind == KIR_MULTI_UPDATE)
+                st = vk_codegen_multi_update(k, p->g, id, p->order + i - nm, nm, &ops, p->plan, &b->c.caps, err, cap);
+            else if (!region_of)
+                st = MN_E_INVALID; /* a sum-of-squares tree without gradient regions */
+            else
+                st = vk_codegen_multi_sumsq(k, p->g, id, kr, region_of, first_grad, last_grad, &ops, p->plan,
+                                            &b->c.caps, err, cap);
+            if (st) break;
+            for (int j = 0; j < ops.n; j++) {
+                rt->opnd[j] = ops.first[j];
+                rt->opnd_last[j] = ops.last[j];
+                if (ops.last[j] != ops.first[j]) rt->ranged |= (uint8_t)(1u << j);
+            }
+            rt->nopnd = (uint8_t)ops.n;
+            rt->written = ops.written;
+        } else if (nm) {
             int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
             int next = 0;
             if (nm >= KIR_MAX_MEMBERS) {
@@ -242,6 +397,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         if (!k->tmpl) continue;
         char *src = vk_codegen_source(k);
+        free(k->code);
+        k->code = NULL;
         if (!src) {
             mn_fmt(err, cap, "vulkan: no kernel template '%s' for %s (%%%d)", k->tmpl, op_table[n->op].name, id);
             st = MN_E_UNSUPPORTED;
@@ -249,7 +406,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         if (dump_glsl) fprintf(stderr, "// ---- %%%d %s (%s)\n%s\n", id, op_table[n->op].name, k->tmpl, src);
         char label[64];
-        snprintf(label, sizeof label, "%s_%d", op_table[n->op].name, id);
+        snprintf(label, sizeof label, "%s%s_%d", op_table[n->op].name,
+                 kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ ? "_multi" : "", id);
         /* one descriptor per binding, or per page of a paged vkb_operand (the
          * source names the page counts: one source, one layout); a layout
          * with a paged operand leaves the bindings past the node's inputs
@@ -264,22 +422,56 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         }
         for (int j = rt->nopnd; paged && j < MAX_OPERANDS; j++) count[j] = 0;
         st = get_layout(b, count, &rt->lay, err, cap);
-        if (!st) st = get_pipeline(b, src, label, rt->lay, &rt->pipe, err, cap);
-        free(src);
-        memcpy(rt->groups, k->groups, sizeof rt->groups);
-        for (int j = 0; j < rt->nopnd && !st; j++) { /* pc.off: 32 bits */
-            int32_t t = rt->opnd[j];
-            operand_span o = vkb_operand(b, t);
-            if (o.elem > b->c.caps.push_off_max || o.elem > UINT32_MAX) {
-                mn_fmt(err, cap, "vulkan: %s (%%%d): the element offset %llu of '%s' (%%%d) does not fit a push "
-                       "constant (at most %llu)", op_table[n->op].name, id, (unsigned long long)o.elem,
-                       p->g->nodes[t].name ? p->g->nodes[t].name : op_table[p->g->nodes[t].op].name, t,
-                       (unsigned long long)b->c.caps.push_off_max);
-                st = MN_E_UNSUPPORTED;
-            }
-            rt->push[j] = (uint32_t)o.elem;
+        if (st) {
+            free(src);
+            break;
         }
+        job_of[i] = find_job(b, &jobs, &njobs, &capj, src, label, rt->lay); /* takes src */
+        if (job_of[i] < 0) {
+            st = MN_E_NOMEM;
+            break;
+        }
+        memcpy(rt->groups, k->groups, sizeof rt->groups);
     }
+    vk_kernel_clear(k);
     free(k);
+    if (!st && njobs) make_kernels(b, jobs, njobs);
+    /* the first failure in schedule order is the one reported; every
+     * pipeline made goes to b->pipes (destroyed with the backend) */
+    for (int32_t i = 0; i < njobs; i++) {
+        kjob *j = &jobs[i];
+        if (j->pipe >= 0 || (!j->module && !j->pipeline)) {
+            if (!st && j->pipe < 0 && j->st) {
+                if (j->call) st = vkb_fail(b, j->vr, j->call, err, cap);
+                else st = j->st, mn_fmt(err, cap, "%s", j->err);
+            }
+            continue;
+        }
+        if (b->npipes == b->cap_pipes) {
+            int c2 = b->cap_pipes ? 2 * b->cap_pipes : 32;
+            pipe_entry *np = realloc(b->pipes, (size_t)c2 * sizeof *np);
+            if (!np) {
+                vkDestroyPipeline(b->c.device, j->pipeline, b->c.alloc);
+                vkDestroyShaderModule(b->c.device, j->module, b->c.alloc);
+                if (!st) st = MN_E_NOMEM;
+                continue;
+            }
+            b->pipes = np;
+            b->cap_pipes = c2;
+        }
+        pipe_entry *e = &b->pipes[b->npipes];
+        memset(e, 0, sizeof *e);
+        e->key = j->key, e->lay = j->lay, e->module = j->module, e->pipeline = j->pipeline;
+        j->cached ? b->kernels_cached++ : b->kernels_compiled++;
+        j->pipe = b->npipes++;
+    }
+    for (int32_t i = 0; i < p->norder && !st; i++)
+        if (job_of[i] >= 0) b->rt[p->order[i]].pipe = jobs[job_of[i]].pipe;
+    for (int32_t i = 0; i < njobs; i++) free(jobs[i].src);
+    free(jobs);
+    free(job_of);
+    free(region_of);
+    free(first_grad);
+    free(last_grad);
     return st;
 }

@@ -26,6 +26,12 @@ typedef struct vk_ctx {
     vk_caps caps;
     bool validation;
     bool sync_validation;    /* MEGANEURA_VALIDATE=sync: hazards between commands too */
+    /* a host application's instance and device (mn_device_from_vulkan,
+     * vk_ctx_wrap): vk_ctx_destroy leaves them alone */
+    bool external;
+    const VkAllocationCallbacks *alloc; /* the host's callbacks for every object we create, or NULL */
+    VkPipelineCache host_pcache;        /* the host's pipeline cache, used instead of ours */
+    bool timeline;                      /* timeline semaphores may be waited and signalled */
     int validation_messages; /* errors and warnings reported by the layers */
 } vk_ctx;
 
@@ -35,6 +41,10 @@ typedef struct vk_ctx {
  * virtual, then CPU; MEGANEURA_DEVICE = index or name substring), creates the
  * logical device and its compute queue. */
 mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap);
+/* The same over a host's handles (desc: a const mn_vulkan_device_desc *, from
+ * include/meganeura_vulkan.h): checks the API version, the queue family and
+ * the features the backend reads, and limits caps to what the host enabled. */
+mn_status vk_ctx_wrap(vk_ctx *c, const void *desc, char *err, size_t cap);
 void vk_ctx_destroy(vk_ctx *c);
 /* Lists every device with its limits and the extensions the project uses. */
 mn_status vk_list_devices(FILE *f, char *err, size_t cap);

@@ -29,7 +29,10 @@
 // are visited. Tiles of AT_BK items, AT_ITEMW floats each (k, v rows; or q,
 // dout rows and the two prep values), are loaded cooperatively into shared
 // memory. At the end the AT_S partial results of a row are merged through
-// shared memory (running maxima rescaled to the common one). Every output
+// shared memory (running maxima rescaled to the common one): with
+// AT_PMERGE all partial rows at once, each invocation then summing one
+// output element over its AT_S parts (a decoding step's whole merge costs
+// about AT_S shared reads); else one element at a time. Every output
 // element is written by one invocation; no atomics.
 //
 // Loops: lavapipe ends an invocation's loops after 65535 iterations in all,
@@ -47,7 +50,8 @@
 // X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
 // AT_TK, AT_D, AT_DU, AT_LU, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
 // AT_WRT_V, AT_PART,
-// AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_NBLK, TR_NWG.
+// AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_ISTR, AT_PSTR, AT_NBLK, AT_PMERGE,
+// TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (a later,
 // faster variant can slot in as another template).
 
@@ -80,7 +84,12 @@
 
 #define MN_NEG_INF uintBitsToFloat(0xff800000u)
 
-shared float sh_tile[AT_BK * AT_ITEMW];
+// Shared rows are padded to odd strides (AT_ISTR = AT_ITEMW | 1 for the
+// tile, AT_PSTR = AT_D | 1 for the merge's partial rows): the invocations
+// of a SIMD group read items AT_ISTR floats apart, so every one hits its
+// own bank (an even stride put all 32 of an H200's on one: 32-way
+// conflicts on every read of the tile).
+shared float sh_tile[AT_BK * AT_ISTR];
 shared float sh_a[AT_LOCAL];
 shared float sh_b[AT_LOCAL];
 
@@ -100,7 +109,25 @@ bool at_valid(int i, int j) {
 
 #if AT_OP == AT_BWD_Q || AT_OP == AT_BWD_KV
 // Y(base + d) = outscale * the sum of the AT_S partial a[d] of row r.
-void at_write_sum(float a[AT_D], uint t, uint r, uint s, bool live, uint base, float outscale) {
+// AT_PMERGE: every invocation's partial row goes to shared memory at once
+// (the tile buffer, free after the loop), then invocation e sums element e
+// of the block's rows over their AT_S parts; else one element at a time.
+void at_write_sum(float a[AT_D], uint t, uint r, uint s, int rowc, IDX base, float outscale) {
+#if AT_PMERGE
+    barrier(); // every read of sh_tile before this is done
+    AT_FOR_D(d) sh_tile[t * AT_PSTR + d] = a[d];
+    memoryBarrierShared();
+    barrier();
+    IDX base0 = base - r * AT_D; // row 0 of the block
+    for (uint e = t; e < AT_R * AT_D; e += AT_LOCAL) {
+        uint rr = e / AT_D;
+        if (int(rr) >= rowc) continue;
+        float v = 0.0;
+        for (uint u = 0u; u < AT_S; u++) v += sh_tile[(rr * AT_S + u) * AT_PSTR + e % AT_D];
+        Y(base0 + e) = outscale * v;
+    }
+#else
+    bool live = int(r) < rowc;
     AT_FOR_D(d) {
 #if AT_S > 1
         sh_a[t] = a[d];
@@ -116,6 +143,7 @@ void at_write_sum(float a[AT_D], uint t, uint r, uint s, bool live, uint base, f
         if (live) Y(base + d) = outscale * a[d];
 #endif
     }
+#endif
 }
 #endif
 
@@ -140,8 +168,8 @@ void main() {
 #if AT_OP == AT_BWD_KV
     // rows are keys of kv head hk; items are (query head gq of the group, query row i)
     uint b = head / AT_HKV, hk = head % AT_HKV;
-    uint kvbase = head * uint(AT_TK) * AT_D;
-    uint rowoff = kvbase + uint(row) * AT_D;
+    IDX kvbase = IDX(head) * uint(AT_TK) * AT_D;
+    IDX rowoff = kvbase + IDX(row) * AT_D;
     int ilo = 0, ihi = row0 < g_kvlen ? AT_TQ : 0;
 #if AT_CAUSAL
     ilo = max(0, row0 - g_off);
@@ -155,8 +183,8 @@ void main() {
 #else
     // rows are queries of query head h; items are keys of kv head h / GRP
     uint b = head / AT_HQ, h = head % AT_HQ;
-    uint kvbase = (b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
-    uint rowoff = (head * uint(AT_TQ) + uint(row)) * AT_D;
+    IDX kvbase = IDX(b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
+    IDX rowoff = IDX(head * uint(AT_TQ) + uint(row)) * AT_D;
     int lo = 0, hi = g_kvlen;
 #if AT_CAUSAL
     hi = min(hi, row0 + rowc - 1 + g_off + 1);
@@ -218,20 +246,20 @@ void main() {
             uint e = t + ld * AT_LOCAL;
             if (e < uint(cnt) * AT_ITEMW) {
                 int u = base + int(e / AT_ITEMW);
-                uint c = e % AT_ITEMW;
+                uint c = e % AT_ITEMW, se = e / AT_ITEMW * AT_ISTR + c;
 #if AT_OP == AT_BWD_KV
-                uint qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
+                IDX qrow = (qhead0 + uint(u / ni)) * uint(AT_TQ) + uint(ilo + u % ni);
                 float val;
                 if (c < AT_D) val = X0(qrow * AT_D + c);
                 else if (c < 2u * AT_D) val = X3(qrow * AT_D + c - AT_D);
                 else val = X4(2u * qrow + (c - 2u * AT_D));
-                sh_tile[e] = val;
+                sh_tile[se] = val;
 #else
-                uint koff = kvbase + uint(lo + u) * AT_D;
+                IDX koff = kvbase + IDX(lo + u) * AT_D;
 #if AT_OP == AT_LSE
-                sh_tile[e] = X1(koff + c);
+                sh_tile[se] = X1(koff + c);
 #else
-                sh_tile[e] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+                sh_tile[se] = c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
 #endif
 #endif
             }
@@ -240,7 +268,7 @@ void main() {
         barrier();
         if (live) {
             for (int u = int(s); u < cnt; u += int(AT_S)) {
-                uint o = uint(u) * AT_ITEMW;
+                uint o = uint(u) * AT_ISTR;
 #if AT_OP == AT_BWD_KV
                 int iq = ilo + (base + u) % ni;
                 if (!at_valid(iq, row)) continue;
@@ -328,6 +356,24 @@ void main() {
     if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
 #else
     float invl = rowany ? 1.0 / L : 0.0;
+#if AT_PMERGE
+    // as at_write_sum; a row's sum L again from sh_b (a row with no key: 0)
+    barrier();
+    AT_FOR_D(d) sh_tile[t * AT_PSTR + d] = acc[d] * f;
+    memoryBarrierShared();
+    barrier();
+    IDX base0 = rowoff - r * AT_D;
+    for (uint e = t; e < AT_R * AT_D; e += AT_LOCAL) {
+        uint rr = e / AT_D;
+        if (int(rr) >= rowc) continue;
+        float v = 0.0, lr = 0.0;
+        for (uint u = 0u; u < AT_S; u++) {
+            v += sh_tile[(rr * AT_S + u) * AT_PSTR + e % AT_D];
+            lr += sh_b[rr * AT_S + u];
+        }
+        Y(base0 + e) = v * (lr > 0.0 ? 1.0 / lr : 0.0);
+    }
+#else
     AT_FOR_D(d) {
 #if AT_S > 1
         sh_a[t] = acc[d] * f; // every read of sh_a above happened before the last barrier
@@ -344,14 +390,15 @@ void main() {
 #endif
     }
 #endif
+#endif
 #else // backward: sum the partial gradients
 #if AT_OP == AT_BWD_KV && AT_WRT_V == 1
-    at_write_sum(acc, t, r, s, live, rowoff, 1.0);
+    at_write_sum(acc, t, r, s, rowc, rowoff, 1.0);
 #else
-    at_write_sum(acc, t, r, s, live, rowoff, AT_SCALE);
+    at_write_sum(acc, t, r, s, rowc, rowoff, AT_SCALE);
 #endif
 #if AT_OP == AT_BWD_KV && AT_WRT_V == 2
-    at_write_sum(accv, t, r, s, live, AT_PART + rowoff, 1.0);
+    at_write_sum(accv, t, r, s, rowc, AT_PART + rowoff, 1.0);
 #endif
 #endif
 }

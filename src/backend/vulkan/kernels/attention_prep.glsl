@@ -19,7 +19,7 @@ void two_prod(float a, float b, out float p, out float e) {
 }
 
 void main() {
-    uint r = GID;
+    IDX r = GID;
     if (r >= AP_ROWS) return;
     precise float hi = 0.0, lo = 0.0;
     for (uint d = 0u; d < AP_D; d++) {

@@ -12,9 +12,9 @@
 // AP_KH, AP_KW, AP_SH, AP_SW, AP_PH, AP_PW, AP_DIV, AP_BWD.
 // Inputs: X0 = x (forward) or dy (backward).
 
-float ap_div(int oh, int ow) {
-    int hs = oh * AP_SH - AP_PH, ws = ow * AP_SW - AP_PW;
-    int he = hs + AP_KH, we = ws + AP_KW;
+float ap_div(SIDX oh, SIDX ow) {
+    SIDX hs = oh * AP_SH - AP_PH, ws = ow * AP_SW - AP_PW;
+    SIDX he = hs + AP_KH, we = ws + AP_KW;
 #if AP_DIV == 2
     return 1.0;
 #elif AP_DIV == 1
@@ -25,34 +25,34 @@ float ap_div(int oh, int ow) {
 }
 
 // Output positions o in [lo, hi] whose window [o*s - p, o*s - p + k) holds i.
-void ap_range(int i, int s, int pad, int k, int osz, out int lo, out int hi) {
-    int first = i + pad - k + 1; // o*s >= first
+void ap_range(SIDX i, SIDX s, SIDX pad, SIDX k, SIDX osz, out SIDX lo, out SIDX hi) {
+    SIDX first = i + pad - k + 1; // o*s >= first
     lo = first <= 0 ? 0 : (first + s - 1) / s;
     hi = min((i + pad) / s, osz - 1);
 }
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    int r = int(i);
+    SIDX r = SIDX(i);
 #if AP_BWD == 0
-    int ow = r % AP_OW, oh = (r / AP_OW) % AP_OH, p = r / (AP_OW * AP_OH);
-    int base = p * (AP_H * AP_W);
-    int hs = oh * AP_SH - AP_PH, ws = ow * AP_SW - AP_PW;
-    int h1 = min(hs + AP_KH, AP_H), w1 = min(ws + AP_KW, AP_W);
+    SIDX ow = r % AP_OW, oh = (r / AP_OW) % AP_OH, p = r / (AP_OW * AP_OH);
+    SIDX base = p * (AP_H * AP_W);
+    SIDX hs = oh * AP_SH - AP_PH, ws = ow * AP_SW - AP_PW;
+    SIDX h1 = min(hs + AP_KH, AP_H), w1 = min(ws + AP_KW, AP_W);
     float s = 0.0;
-    for (int ih = max(hs, 0); ih < h1; ih++)
-        for (int iw = max(ws, 0); iw < w1; iw++) s += X0(base + ih * AP_W + iw);
+    for (SIDX ih = max(hs, 0); ih < h1; ih++)
+        for (SIDX iw = max(ws, 0); iw < w1; iw++) s += X0(base + ih * AP_W + iw);
     Y(i) = s / ap_div(oh, ow);
 #else
-    int iw = r % AP_W, ih = (r / AP_W) % AP_H, p = r / (AP_W * AP_H);
-    int dbase = p * (AP_OH * AP_OW);
-    int oh0, oh1, ow0, ow1;
+    SIDX iw = r % AP_W, ih = (r / AP_W) % AP_H, p = r / (AP_W * AP_H);
+    SIDX dbase = p * (AP_OH * AP_OW);
+    SIDX oh0, oh1, ow0, ow1;
     ap_range(ih, AP_SH, AP_PH, AP_KH, AP_OH, oh0, oh1);
     ap_range(iw, AP_SW, AP_PW, AP_KW, AP_OW, ow0, ow1);
     float s = 0.0;
-    for (int oh = oh0; oh <= oh1; oh++)
-        for (int ow = ow0; ow <= ow1; ow++) s += X0(dbase + oh * AP_OW + ow) / ap_div(oh, ow);
+    for (SIDX oh = oh0; oh <= oh1; oh++)
+        for (SIDX ow = ow0; ow <= ow1; ow++) s += X0(dbase + oh * AP_OW + ow) / ap_div(oh, ow);
     Y(i) = s;
 #endif
 }

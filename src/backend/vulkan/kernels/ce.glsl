@@ -86,11 +86,12 @@ void lse_merge(inout float m, inout float s, float m2, float s2) {
 }
 
 void main() {
-    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    IDX row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (row >= ROWS) return; // uniform over the workgroup
-    uint t = gl_LocalInvocationID.x, base = row * NC;
+    uint t = gl_LocalInvocationID.x;
+    IDX base = row * NC;
     float m = -MN_INF, s = 0.0, sx = 0.0;
-    for (uint j = t; j < NC; j += LOCAL_X) {
+    for (IDX j = t; j < NC; j += LOCAL_X) {
         float v = X0(base + j);
         lse_merge(m, s, v, v > -MN_INF || isnan(v) ? 1.0 : 0.0);
         sx += v;
@@ -152,7 +153,7 @@ void main() {
     int lab = X1I(row);
     float term = 0.0;
     if (ce_counted(lab) && lab >= 0 && lab < int(NC)) {
-        float xl = X0(base + uint(lab));
+        float xl = X0(base + IDX(lab));
 #if CE_HAS_SMOOTH
         term = mn_log(s) + CE_ONE_M_SMOOTH * (m - xl) + CE_SMOOTH * (m - sh_x[0] / float(NC));
 #else
@@ -172,7 +173,7 @@ shared float sh_c[LOCAL_X];
 void main() {
     uint t = gl_LocalInvocationID.x;
     float tot = 0.0, cnt = 0.0;
-    for (uint b = t; b < ROWS; b += LOCAL_X) {
+    for (IDX b = t; b < ROWS; b += LOCAL_X) {
         if (!ce_counted(X1I(b))) continue;
         tot += X2(b * 3u + 2u);
         cnt += 1.0;
@@ -197,9 +198,9 @@ void main() {
 #else // CE_M_BWD
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= ROWS * NC) return;
-    uint row = i / NC, j = i - row * NC;
+    IDX row = i / NC, j = i - row * NC;
     int lab = X1I(row);
     bool zero = !ce_counted(lab) || lab < 0 || lab >= int(NC);
 #if CE_HAS_COUNT
@@ -210,9 +211,9 @@ void main() {
 #endif
     float p = mn_exp(X0(i) - X3(row * 3u)) / X3(row * 3u + 1u);
 #if CE_HAS_SMOOTH
-    float tgt = (j == uint(lab) ? CE_ONE_M_SMOOTH : 0.0) + CE_SMOOTH_C;
+    float tgt = (j == IDX(lab) ? CE_ONE_M_SMOOTH : 0.0) + CE_SMOOTH_C;
 #else
-    float tgt = j == uint(lab) ? 1.0 : 0.0;
+    float tgt = j == IDX(lab) ? 1.0 : 0.0;
 #endif
     Y(i) = zero ? 0.0 : (p - tgt) * scale;
 }

@@ -14,7 +14,7 @@ shared uint sh_c[LOCAL_X];
 void main() {
     uint t = gl_LocalInvocationID.x;
     uint cnt = 0u;
-    for (uint j = t; j < X0_N; j += LOCAL_X) cnt += X0I(j) != CE_IGNORE_INDEX ? 1u : 0u;
+    for (IDX j = t; j < X0_N; j += LOCAL_X) cnt += X0I(j) != CE_IGNORE_INDEX ? 1u : 0u;
     sh_c[t] = cnt;
     memoryBarrierShared();
     barrier();

@@ -6,9 +6,9 @@
 // Defines: CC_L, CC_INNER (int), CC_VALUE(o, a, j).
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    int r = int(i);
-    int j = r % CC_INNER, a = (r / CC_INNER) % CC_L, o = r / (CC_INNER * CC_L);
+    SIDX r = SIDX(i);
+    SIDX j = r % CC_INNER, a = (r / CC_INNER) % CC_L, o = r / (CC_INNER * CC_L);
     Y(i) = CC_VALUE(o, a, j);
 }

@@ -11,27 +11,31 @@
 // Does not: use shared memory or tile anything.
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    uint ow = i % CV_OW, oh = (i / CV_OW) % CV_OH;
-    uint o = (i / (CV_OW * CV_OH)) % CV_O, b = i / (CV_OW * CV_OH * CV_O);
-    uint g = o / CV_OG;
+    IDX ow = i % CV_OW, oh = (i / CV_OW) % CV_OH;
+    IDX o = (i / (CV_OW * CV_OH)) % CV_O, b = i / (CV_OW * CV_OH * CV_O);
+    IDX g = o / CV_OG;
     float s = 0.0;
 #if CV_BIAS
     s = X2(o);
 #endif
-    for (uint ci = 0; ci < CV_CG; ci++) {
-        uint xp = (b * CV_C + g * CV_CG + ci) * (CV_H * CV_W);
-        uint wp = (o * CV_CG + ci) * (CV_KH * CV_KW);
-        for (int kh = 0; kh < CV_KH; kh++) {
-            int ih = int(oh) * CV_SH - CV_PH + kh * CV_DH;
+    for (IDX ci = 0; ci < CV_CG; ci++) {
+        IDX xp = (b * CV_C + g * CV_CG + ci) * (CV_H * CV_W);
+        IDX wp = (o * CV_CG + ci) * (CV_KH * CV_KW);
+        for (SIDX kh = 0; kh < CV_KH; kh++) {
+            SIDX ih = SIDX(oh) * CV_SH - CV_PH + kh * CV_DH;
             if (ih < 0 || ih >= CV_H) continue;
-            for (int kw = 0; kw < CV_KW; kw++) {
-                int iw = int(ow) * CV_SW - CV_PW + kw * CV_DW;
+            for (SIDX kw = 0; kw < CV_KW; kw++) {
+                SIDX iw = SIDX(ow) * CV_SW - CV_PW + kw * CV_DW;
                 if (iw < 0 || iw >= CV_W) continue;
-                s += X1(wp + uint(kh * CV_KW + kw)) * X0(xp + uint(ih * CV_W + iw));
+                s += X1(wp + IDX(kh * CV_KW + kw)) * X0(xp + IDX(ih * CV_W + iw));
             }
         }
     }
+#ifdef MM_EPILOGUE
+    MM_EPILOGUE(i, s) // a fused group's members (vk_gen_fused.c)
+#else
     Y(i) = s;
+#endif
 }

@@ -10,26 +10,30 @@
 // (it tests them).
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    int w = int(i % CV_W), h = int((i / CV_W) % CV_H);
-    uint c = (i / (CV_W * CV_H)) % CV_C, b = i / (CV_W * CV_H * CV_C);
-    uint g = c / CV_CG, ci = c % CV_CG;
+    SIDX w = SIDX(i % CV_W), h = SIDX((i / CV_W) % CV_H);
+    IDX c = (i / (CV_W * CV_H)) % CV_C, b = i / (CV_W * CV_H * CV_C);
+    IDX g = c / CV_CG, ci = c % CV_CG;
     float s = 0.0;
-    for (uint oo = 0; oo < CV_OG; oo++) {
-        uint o = g * CV_OG + oo;
-        uint dp = (b * CV_O + o) * (CV_OH * CV_OW);
-        uint wp = (o * CV_CG + ci) * (CV_KH * CV_KW);
-        for (int kh = 0; kh < CV_KH; kh++) {
-            int th = h + CV_PH - kh * CV_DH;
+    for (IDX oo = 0; oo < CV_OG; oo++) {
+        IDX o = g * CV_OG + oo;
+        IDX dp = (b * CV_O + o) * (CV_OH * CV_OW);
+        IDX wp = (o * CV_CG + ci) * (CV_KH * CV_KW);
+        for (SIDX kh = 0; kh < CV_KH; kh++) {
+            SIDX th = h + CV_PH - kh * CV_DH;
             if (th < 0 || th % CV_SH != 0 || th / CV_SH >= CV_OH) continue;
-            int oh = th / CV_SH;
-            for (int kw = 0; kw < CV_KW; kw++) {
-                int tw = w + CV_PW - kw * CV_DW;
+            SIDX oh = th / CV_SH;
+            for (SIDX kw = 0; kw < CV_KW; kw++) {
+                SIDX tw = w + CV_PW - kw * CV_DW;
                 if (tw < 0 || tw % CV_SW != 0 || tw / CV_SW >= CV_OW) continue;
-                s += X1(wp + uint(kh * CV_KW + kw)) * X0(dp + uint(oh * CV_OW + tw / CV_SW));
+                s += X1(wp + IDX(kh * CV_KW + kw)) * X0(dp + IDX(oh * CV_OW + tw / CV_SW));
             }
         }
     }
+#ifdef MM_EPILOGUE
+    MM_EPILOGUE(i, s) // a fused group's members (vk_gen_fused.c)
+#else
     Y(i) = s;
+#endif
 }

@@ -17,17 +17,17 @@ shared float part[LOCAL_X];
 void main() {
     uint lid = gl_LocalInvocationIndex;
     uint ngroups = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
-    for (uint i = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; i < Y_N; i += ngroups) {
-        int kw = int(i % CV_KW), kh = int((i / CV_KW) % CV_KH);
-        uint ci = (i / (CV_KW * CV_KH)) % CV_CG, o = i / (CV_KW * CV_KH * CV_CG);
-        uint g = o / CV_OG;
+    for (IDX i = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; i < Y_N; i += ngroups) {
+        SIDX kw = SIDX(i % CV_KW), kh = SIDX((i / CV_KW) % CV_KH);
+        IDX ci = (i / (CV_KW * CV_KH)) % CV_CG, o = i / (CV_KW * CV_KH * CV_CG);
+        IDX g = o / CV_OG;
         float s = 0.0;
-        for (uint e = lid; e < CV_N * CV_OH * CV_OW; e += LOCAL_X) {
-            uint ow = e % CV_OW, oh = (e / CV_OW) % CV_OH, b = e / (CV_OW * CV_OH);
-            int ih = int(oh) * CV_SH - CV_PH + kh * CV_DH;
-            int iw = int(ow) * CV_SW - CV_PW + kw * CV_DW;
+        for (IDX e = lid; e < CV_N * CV_OH * CV_OW; e += LOCAL_X) {
+            IDX ow = e % CV_OW, oh = (e / CV_OW) % CV_OH, b = e / (CV_OW * CV_OH);
+            SIDX ih = SIDX(oh) * CV_SH - CV_PH + kh * CV_DH;
+            SIDX iw = SIDX(ow) * CV_SW - CV_PW + kw * CV_DW;
             if (ih < 0 || ih >= CV_H || iw < 0 || iw >= CV_W) continue;
-            s += X0((b * CV_C + g * CV_CG + ci) * (CV_H * CV_W) + uint(ih * CV_W + iw)) *
+            s += X0((b * CV_C + g * CV_CG + ci) * (CV_H * CV_W) + IDX(ih * CV_W + iw)) *
                  X1((b * CV_O + o) * (CV_OH * CV_OW) + oh * CV_OW + ow);
         }
 #if LOCAL_X > 1

@@ -32,7 +32,7 @@
 
 #ifdef DROP_KEY
 // counter: the raw 32 bits of the i32 counter input (read through a float).
-bool pw_keep(uint i, float counter) {
+bool pw_keep(IDX i, float counter) {
 #if DROP_ALL
     return false;
 #else
@@ -41,14 +41,18 @@ bool pw_keep(uint i, float counter) {
 #else
     uint key = DROP_KEY;
 #endif
+#ifdef MN_IDX64
+    return pw_mix32(pw_mix32(key ^ uint(i)) ^ uint(i >> 32)) >= DROP_THR;
+#else
     // element indices are below 2^31 here: their high 32 bits are 0
     return pw_mix32(pw_mix32(key ^ i) ^ 0u) >= DROP_THR;
+#endif
 #endif
 }
 #endif
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
 #ifdef FUSED_BODY
     // a fused pointwise group (vk_gen_fused.c): reads r0.., member values

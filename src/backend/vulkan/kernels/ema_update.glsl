@@ -8,7 +8,7 @@
 // skipped step: nothing is written.
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
 #if EMA_GATED
     if (X2(1) != 0.0) return;

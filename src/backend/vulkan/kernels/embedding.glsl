@@ -5,9 +5,9 @@
 // Does not: use shared memory.
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    uint p = i / EM_D, d = i % EM_D;
+    IDX p = i / EM_D, d = i % EM_D;
     int id = X1I(p);
-    Y(i) = (id >= 0 && id < EM_V) ? X0(uint(id) * EM_D + d) : 0.0;
+    Y(i) = (id >= 0 && id < EM_V) ? X0(IDX(id) * EM_D + d) : 0.0;
 }

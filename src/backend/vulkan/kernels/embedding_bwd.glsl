@@ -20,8 +20,8 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     float acc[EB_PER];
     [[unroll]] for (uint e = 0u; e < EB_PER; e++) acc[e] = 0.0;
-    for (uint base = 0u; base < EB_N; base += LOCAL_X) {
-        uint p = base + t;
+    for (IDX base = 0u; base < EB_N; base += LOCAL_X) {
+        IDX p = base + t;
         sh_hit[t] = (p < EB_N && X0I(p) == int(v)) ? 1u : 0u;
         memoryBarrierShared();
         barrier();
@@ -30,7 +30,7 @@ void main() {
             [[unroll]] for (uint uu = 0u; uu < EB_UNROLL; uu++) {
                 uint u = u0 + uu;
                 if (sh_hit[u] != 0u) {
-                    uint row = (base + u) * EB_D;
+                    IDX row = (base + u) * EB_D;
                     [[unroll]] for (uint e = 0u; e < EB_PER; e++) {
                         uint d = t + e * LOCAL_X;
                         if (d < EB_D) acc[e] += X1(row + d);
@@ -42,6 +42,6 @@ void main() {
     }
     [[unroll]] for (uint e = 0u; e < EB_PER; e++) {
         uint d = t + e * LOCAL_X;
-        if (d < EB_D) Y(v * EB_D + d) = acc[e];
+        if (d < EB_D) Y(IDX(v) * EB_D + d) = acc[e];
     }
 }

@@ -23,6 +23,9 @@
 // Does not: handle convolutions (matmul.glsl's operand maps), use subgroup
 // operations, or split K across workgroups.
 
+#ifndef MM_RND
+#define MM_RND(x) (x) /* the fast contract: each operand rounded as it is loaded (matmul.glsl) */
+#endif
 #define NT (GV_NL * GV_TL)
 #define NBLOCKS ((MM_N + GV_NL - 1) / GV_NL)
 #if MM_B_KFAST
@@ -33,7 +36,9 @@
 
 shared float red[MM_M][NT];
 
-uint mm_c(uint z, uint m, uint n) { return (z * MM_M + m) * MM_N + n; }
+// indices are IDX (64-bit under MN_IDX64: MM_N, MM_K, MM_BATCH, GV_KC and
+// the strides are then 64-bit literals, so the products do not wrap)
+IDX mm_c(uint z, uint m, uint n) { return (IDX(z) * MM_M + m) * MM_N + n; }
 
 void main() {
     uint lid = gl_LocalInvocationIndex;
@@ -51,14 +56,14 @@ void main() {
         [[unroll]] for (uint m = 0; m < MM_M; m++) acc[m] = 0.0;
         if (n < MM_N) {
 #if MM_B_KFAST
-            for (uint k = t; k < MM_K; k += GV_TL) {
+            for (IDX k = t; k < MM_K; k += GV_TL) {
 #else
-            uint k1 = min(uint(MM_K), (t + 1u) * GV_KC);
-            for (uint k = t * GV_KC; k < k1; k++) {
+            IDX k1 = min(IDX(MM_K), IDX(t + 1u) * GV_KC);
+            for (IDX k = IDX(t) * GV_KC; k < k1; k++) {
 #endif
-                float b = X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN);
+                float b = MM_RND(X1(IDX(z) * MM_SBZ + k * MM_SBK + IDX(n) * MM_SBN));
                 [[unroll]] for (uint m = 0; m < MM_M; m++)
-                    acc[m] = fma(X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK), b, acc[m]);
+                    acc[m] = fma(MM_RND(X0(IDX(z) * MM_SAZ + IDX(m) * MM_SAM + k * MM_SAK)), b, acc[m]);
             }
         }
         [[unroll]] for (uint m = 0; m < MM_M; m++) red[m][lid] = acc[m];

@@ -7,10 +7,10 @@
 // Does not: touch any other row of the cache.
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= X1_N) return;
-    uint d = i % KV_D, t = (i / KV_D) % KV_TNEW, l = i / (KV_D * KV_TNEW);
+    IDX d = i % KV_D, t = (i / KV_D) % KV_TNEW, l = i / (KV_D * KV_TNEW);
     int row = clamp(KV_POS, -(1 << 29), 1 << 29) + int(t);
     if (row < 0 || row >= KV_TMAX) return;
-    Y((l * uint(KV_TMAX) + uint(row)) * KV_D + d) = X1(i);
+    Y((l * IDX(KV_TMAX) + IDX(row)) * KV_D + d) = X1(i);
 }

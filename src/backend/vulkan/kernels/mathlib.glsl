@@ -133,6 +133,26 @@ float mn_gelu_tanh(float x) {
     return 0.5 * x * (1.0 + mn_tanh(u));
 }
 
+// sin and cos (radians) to a few ulp for |x| < 1e5 (the builtins' precision
+// is implementation-defined and poor far from 0): k = round(x 2/pi),
+// r = x - k pi/2 with pi/2 in three parts (Cody-Waite; the first two have
+// short mantissas, so k * part is exact for |k| < 2^15), then the minimax
+// polynomials of sin and cos on [-pi/4, pi/4] and the quadrant k mod 4.
+void mn_sincos(float x, out float s, out float c) {
+    float k = floor(x * 0.636619772 + 0.5);
+    precise float r = ((x - k * 1.5703125) - k * 4.83751297e-04) - k * 7.54978995e-08;
+    precise float z = r * r;
+    precise float sr = r + r * z * (-1.66666546e-01 + z * (8.33216087e-03 + z * -1.95152959e-04));
+    precise float cr = 1.0 - 0.5 * z + z * z * (4.16666456e-02 + z * (-1.38873163e-03 + z * 2.44331571e-05));
+    int q = int(k) & 3;
+    float s0 = (q & 1) == 0 ? sr : cr, c0 = (q & 1) == 0 ? cr : sr;
+    s = (q & 2) == 0 ? s0 : -s0;
+    c = ((q + 1) & 2) == 0 ? c0 : -c0;
+    if (isnan(x) || isinf(x)) s = c = MN_NAN;
+}
+float mn_sin(float x) { float s, c; mn_sincos(x, s, c); return s; }
+float mn_cos(float x) { float s, c; mn_sincos(x, s, c); return c; }
+
 // Derivatives used by unary_bwd (same formulas as the CPU kernels).
 float mn_dgelu(float x) {
     return 0.5 * (1.0 + mn_erf_acc(x * 0.70710678118654752)) + x * 0.39894228040143268 * mn_exp(-0.5 * x * x);
@@ -197,4 +217,28 @@ uint pw_mix32(uint h) {
     h *= 0x846ca68bu;
     h ^= h >> 16;
     return h;
+}
+
+// The fast contract's operand rounding (core/round16.h, the same bits): the
+// nearest bf16 / f16 value of x, ties to even, returned as a float. Integer
+// arithmetic only, so it needs no 16-bit type and rounds the same on every
+// device. f16: subnormals kept, |x| >= 65520 becomes inf.
+float mn_round_bf16(float x) {
+    uint u = floatBitsToUint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    return uintBitsToFloat((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+float mn_round_f16(float x) {
+    uint u = floatBitsToUint(x), a = u & 0x7fffffffu, sgn = u & 0x80000000u;
+    if (a >= 0x7f800000u) return x;
+    if (a >= 0x477ff000u) return uintBitsToFloat(sgn | 0x7f800000u);
+    if (a >= 0x38800000u) return uintBitsToFloat(sgn | ((a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u));
+    // subnormal f16 (|x| < 2^-14): k 2^-24 with k = |x| 2^24 rounded to even,
+    // in integers (devices may flush subnormal float arithmetic): |x| =
+    // m 2^(E - 150), so |x| 2^24 = m >> (126 - E); below 2^-25 it is 0
+    int sh = 126 - int(a >> 23);
+    if (sh > 24) return uintBitsToFloat(sgn);
+    uint m = (a & 0x7fffffu) | 0x800000u;
+    uint k = (m + (1u << uint(sh - 1)) - 1u + ((m >> uint(sh)) & 1u)) >> uint(sh);
+    return uintBitsToFloat(sgn | floatBitsToUint(float(k) * (1.0 / 16777216.0)));
 }

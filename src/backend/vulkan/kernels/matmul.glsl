@@ -31,6 +31,11 @@
 // order from 0 (or the bias), which is the CPU reference's order; padding
 // terms add +0. Splits sum interleaved runs of k and round differently.
 //
+// The fast contract on devices without cooperative matrices: MM_RND(x)
+// (mn_round_bf16 / mn_round_f16 of mathlib.glsl) rounds each operand
+// element as it is loaded; the products of rounded values are exact in f32,
+// so with MM_KS == 1 the results equal the CPU reference's bit for bit.
+//
 // A fused group (vk_gen_fused.c) defines MM_EPILOGUE(i, acc): the
 // statements that take output element i's value through the group's
 // pointwise members and store the group's result at Y(i) instead.
@@ -38,6 +43,9 @@
 // Does not: split K across workgroups (no atomics, no scratch), use
 // cooperative matrices or vector global loads.
 
+#ifndef MM_RND
+#define MM_RND(x) (x)
+#endif
 #define LX (MM_BN / MM_TN)
 #define LY (MM_BM / MM_TM)
 #define NT (LX * LY) // invocations per split
@@ -61,62 +69,62 @@ shared vec4 sred[(MM_KS - 1) * NT];
 // ---- operand maps: mm_a/mm_b read an in-range element (0 for padding), ----
 // ---- mm_c gives the output index.                                       ----
 #if MM_MAP == 0
-float mm_a(uint z, uint m, uint k) { return X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK); }
-float mm_b(uint z, uint k, uint n) { return X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN); }
-uint mm_c(uint z, uint m, uint n) { return (z * MM_M + m) * MM_N + n; }
+float mm_a(IDX z, IDX m, IDX k) { return X0(z * MM_SAZ + m * MM_SAM + k * MM_SAK); }
+float mm_b(IDX z, IDX k, IDX n) { return X1(z * MM_SBZ + k * MM_SBK + n * MM_SBN); }
+IDX mm_c(IDX z, IDX m, IDX n) { return (z * MM_M + m) * MM_N + n; }
 
 #elif MM_MAP == 1
 // m = (b, oh, ow), k = (ci, kh, kw), n = o within the group z.
-float mm_a(uint z, uint m, uint k) {
-    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
-    uint ci = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
-    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
-    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+float mm_a(IDX z, IDX m, IDX k) {
+    IDX b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+    IDX ci = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    SIDX ih = SIDX((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    SIDX iw = SIDX((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
     if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
-    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + IDX(ih)) * CV_W + IDX(iw));
 }
-float mm_b(uint z, uint k, uint n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
-uint mm_c(uint z, uint m, uint n) {
-    uint b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
+float mm_b(IDX z, IDX k, IDX n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
+IDX mm_c(IDX z, IDX m, IDX n) {
+    IDX b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
     return (b * CV_O + z * CV_OG + n) * (CV_OH * CV_OW) + p;
 }
 
 #elif MM_MAP == 2
 // m = (b, h, w) of dx, k = (o, kh, kw), n = ci within the group z.
-float mm_a(uint z, uint m, uint k) {
-    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
-    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
-    int th = int(p / CV_W) + CV_PH - int((r / CV_KW) * CV_DH);
-    int tw = int(p % CV_W) + CV_PW - int((r % CV_KW) * CV_DW);
+float mm_a(IDX z, IDX m, IDX k) {
+    IDX b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+    IDX o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+    SIDX th = SIDX(p / CV_W) + CV_PH - SIDX((r / CV_KW) * CV_DH);
+    SIDX tw = SIDX(p % CV_W) + CV_PW - SIDX((r % CV_KW) * CV_DW);
     if (th < 0 || tw < 0) return 0.0;
-    uint oh = uint(th) / CV_SH, ow = uint(tw) / CV_SW;
-    if (oh * CV_SH != uint(th) || ow * CV_SW != uint(tw) || oh >= CV_OH || ow >= CV_OW) return 0.0;
+    IDX oh = IDX(th) / CV_SH, ow = IDX(tw) / CV_SW;
+    if (oh * CV_SH != IDX(th) || ow * CV_SW != IDX(tw) || oh >= CV_OH || ow >= CV_OW) return 0.0;
     return X0(((b * CV_O + z * CV_OG + o) * CV_OH + oh) * CV_OW + ow);
 }
-float mm_b(uint z, uint k, uint n) {
-    uint o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
+float mm_b(IDX z, IDX k, IDX n) {
+    IDX o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
     return X1(((z * CV_OG + o) * CV_CG + n) * (CV_KH * CV_KW) + r);
 }
-uint mm_c(uint z, uint m, uint n) {
-    uint b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
+IDX mm_c(IDX z, IDX m, IDX n) {
+    IDX b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
     return (b * CV_C + z * CV_CG + n) * (CV_H * CV_W) + p;
 }
 
 #elif MM_MAP == 3
 // m = o within the group z, k = (b, oh, ow), n = (ci, kh, kw).
-float mm_a(uint z, uint m, uint k) {
-    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+float mm_a(IDX z, IDX m, IDX k) {
+    IDX b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
     return X1((b * CV_O + z * CV_OG + m) * (CV_OH * CV_OW) + p);
 }
-float mm_b(uint z, uint k, uint n) {
-    uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
-    uint ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
-    int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
-    int iw = int((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
+float mm_b(IDX z, IDX k, IDX n) {
+    IDX b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
+    IDX ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
+    SIDX ih = SIDX((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
+    SIDX iw = SIDX((p % CV_OW) * CV_SW + (r % CV_KW) * CV_DW) - CV_PW;
     if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
-    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + uint(ih)) * CV_W + uint(iw));
+    return X0(((b * CV_C + z * CV_CG + ci) * CV_H + IDX(ih)) * CV_W + IDX(iw));
 }
-uint mm_c(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW) + n; }
+IDX mm_c(IDX z, IDX m, IDX n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW) + n; }
 #endif
 
 // ---- staging of one K slice: global -> registers -> shared ----------------
@@ -125,7 +133,7 @@ uint mm_c(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV
 // for A), so a subgroup reads runs.
 float ra[LA], rb[LB];
 
-void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
+void load_slice(IDX z, IDX m0, IDX n0, IDX k0, uint lid) {
     [[unroll]] for (uint i = 0; i < LA; i++) {
         uint e = lid + i * NT;
 #if MM_A_KFAST
@@ -133,9 +141,9 @@ void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
 #else
         uint mm = e % MM_BM, kk = e / MM_BM;
 #endif
-        uint m = m0 + mm, k = k0 + kk;
+        IDX m = m0 + mm, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_a(z, m, k);
+        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_a(z, m, k));
         ra[i] = v;
     }
     [[unroll]] for (uint i = 0; i < LB; i++) {
@@ -145,9 +153,9 @@ void load_slice(uint z, uint m0, uint n0, uint k0, uint lid) {
 #else
         uint nn = e % MM_BN, kk = e / MM_BN;
 #endif
-        uint n = n0 + nn, k = k0 + kk;
+        IDX n = n0 + nn, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = mm_b(z, k, n);
+        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_b(z, k, n));
         rb[i] = v;
     }
 }
@@ -179,17 +187,17 @@ void main() {
     uint tx = l % LX, ty = l / LX;
     // Uniform loops: a grid smaller than the tile count (device group
     // limits) strides over the remaining tiles.
-    for (uint z = gl_WorkGroupID.z; z < MM_BATCH; z += gl_NumWorkGroups.z)
-    for (uint tm = gl_WorkGroupID.x; tm < TILES_M; tm += gl_NumWorkGroups.x)
-    for (uint tn = gl_WorkGroupID.y; tn < TILES_N; tn += gl_NumWorkGroups.y) {
-        uint m0 = tm * MM_BM, n0 = tn * MM_BN;
+    for (IDX z = gl_WorkGroupID.z; z < MM_BATCH; z += gl_NumWorkGroups.z)
+    for (IDX tm = gl_WorkGroupID.x; tm < TILES_M; tm += gl_NumWorkGroups.x)
+    for (IDX tn = gl_WorkGroupID.y; tn < TILES_N; tn += gl_NumWorkGroups.y) {
+        IDX m0 = tm * MM_BM, n0 = tn * MM_BN;
         vec4 acc[MM_TM][RN];
         [[unroll]] for (uint c = 0; c < RN; c++) {
             vec4 init = vec4(0.0);
 #if MM_BIAS
             // conv2d bias X2[o]: the CPU reference starts each sum from it
             [[unroll]] for (uint j = 0; j < 4; j++) {
-                uint n = n0 + c * LX * 4 + tx * 4 + j;
+                IDX n = n0 + c * LX * 4 + tx * 4 + j;
                 if (split == 0 && n < MM_N) init[j] = X2(z * CV_OG + n);
             }
 #endif
@@ -197,7 +205,7 @@ void main() {
         }
 
         if (split < KTILES) {
-            load_slice(z, m0, n0, split * MM_BK, l);
+            load_slice(z, m0, n0, IDX(split) * MM_BK, l);
             store_slice(split * 2, l);
         }
         barrier();
@@ -205,7 +213,7 @@ void main() {
             uint t = step * MM_KS + split; // this split's slice
             uint buf = split * 2 + (step & 1u);
             bool next = t + MM_KS < KTILES;
-            if (next) load_slice(z, m0, n0, (t + MM_KS) * MM_BK, l);
+            if (next) load_slice(z, m0, n0, IDX(t + MM_KS) * MM_BK, l);
             if (t < KTILES) {
                 [[unroll]] for (uint kk = 0; kk < MM_BK; kk++) {
                     vec4 a[RM], b[RN];
@@ -237,11 +245,11 @@ void main() {
 #endif
         [[unroll]] for (uint r = 0; r < RM; r++)
             [[unroll]] for (uint i = 0; i < 4; i++) {
-                uint m = m0 + r * LY * 4 + ty * 4 + i;
+                IDX m = m0 + r * LY * 4 + ty * 4 + i;
                 if (split != 0 || (MM_EVEN_M == 0 && m >= MM_M)) continue;
                 [[unroll]] for (uint c = 0; c < RN; c++)
                     [[unroll]] for (uint j = 0; j < 4; j++) {
-                        uint n = n0 + c * LX * 4 + tx * 4 + j;
+                        IDX n = n0 + c * LX * 4 + tx * 4 + j;
                         if (MM_EVEN_N == 0 && n >= MM_N) continue;
 #ifdef MM_EPILOGUE
                         MM_EPILOGUE(mm_c(z, m, n), acc[r * 4 + i][c][j])

@@ -11,20 +11,20 @@
 bool mp_beats(float v, float best) { return v > best || (isnan(v) && !isnan(best)); }
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    uint ow = i % MP_OW, t = i / MP_OW;
-    uint oh = t % MP_OH, p = t / MP_OH;
-    uint base = p * (MP_H * MP_W);
+    IDX ow = i % MP_OW, t = i / MP_OW;
+    IDX oh = t % MP_OH, p = t / MP_OH;
+    IDX base = p * (MP_H * MP_W);
     bool found = false;
     float best = uintBitsToFloat(0xff800000u); // -inf
-    for (int a = 0; a < MP_KH; a++) {
-        int ih = int(oh) * MP_SH - MP_PH + a;
+    for (SIDX a = 0; a < MP_KH; a++) {
+        SIDX ih = SIDX(oh) * MP_SH - MP_PH + a;
         if (ih < 0 || ih >= MP_H) continue;
-        for (int b = 0; b < MP_KW; b++) {
-            int iw = int(ow) * MP_SW - MP_PW + b;
+        for (SIDX b = 0; b < MP_KW; b++) {
+            SIDX iw = SIDX(ow) * MP_SW - MP_PW + b;
             if (iw < 0 || iw >= MP_W) continue;
-            float v = X0(base + uint(ih * MP_W + iw));
+            float v = X0(base + IDX(ih * MP_W + iw));
             if (!found || mp_beats(v, best)) {
                 best = v;
                 found = true;

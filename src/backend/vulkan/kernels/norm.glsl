@@ -51,17 +51,17 @@ vec2 seg_sum(vec2 v, uint lane) {
 
 // mean and rstd of the row at base (live: a real row; else only the
 // reductions are joined).
-void row_stats(uint base, uint lane, bool live, out float mean, out float rstd) {
+void row_stats(IDX base, uint lane, bool live, out float mean, out float rstd) {
     mean = 0.0;
 #if NM_CENTRE
     float s = 0.0;
     if (live)
-        for (uint j = lane; j < NM_D; j += NM_S) s += X0(base + j);
+        for (IDX j = lane; j < NM_D; j += NM_S) s += X0(base + j);
     mean = seg_sum(vec2(s, 0.0), lane).x / NM_D_F;
 #endif
     float q = 0.0;
     if (live)
-        for (uint j = lane; j < NM_D; j += NM_S) {
+        for (IDX j = lane; j < NM_D; j += NM_S) {
             float c = X0(base + j) - mean;
             q += c * c;
         }
@@ -77,18 +77,18 @@ void row_stats(uint base, uint lane, bool live, out float mean, out float rstd) 
 #if !NM_PARTIAL
 
 void main() {
-    uint wg = GID / LOCAL_X;
+    IDX wg = GID / LOCAL_X;
     if (wg >= NM_NWG) return; // a whole workgroup: barriers stay uniform
     uint lane = gl_LocalInvocationID.x % NM_S;
-    uint row = wg * NM_R + gl_LocalInvocationID.x / NM_S;
+    IDX row = wg * NM_R + gl_LocalInvocationID.x / NM_S;
     bool live = row < NM_ROWS;
-    uint base = live ? row * NM_D : 0u;
+    IDX base = live ? row * NM_D : 0u;
     float mean, rstd;
     row_stats(base, lane, live, mean, rstd);
 #if NM_BWD
     vec2 s = vec2(0.0);
     if (live)
-        for (uint j = lane; j < NM_D; j += NM_S) {
+        for (IDX j = lane; j < NM_D; j += NM_S) {
             float g = NM_G(j, X1(base + j));
             s += vec2(g, g * ((X0(base + j) - mean) * rstd));
         }
@@ -97,13 +97,17 @@ void main() {
     s.x = 0.0;
 #endif
     if (!live) return;
-    for (uint j = lane; j < NM_D; j += NM_S) {
+    for (IDX j = lane; j < NM_D; j += NM_S) {
         float g = NM_G(j, X1(base + j)), xh = (X0(base + j) - mean) * rstd;
+#ifdef MM_EPILOGUE
+        MM_EPILOGUE(base + j, rstd * (g - s.x - xh * s.y)) // a fused group's members (vk_gen_fused.c)
+#else
         Y(base + j) = rstd * (g - s.x - xh * s.y);
+#endif
     }
 #else
     if (!live) return;
-    for (uint j = lane; j < NM_D; j += NM_S) {
+    for (IDX j = lane; j < NM_D; j += NM_S) {
         float v = (X0(base + j) - mean) * rstd;
 #if NM_HAS_W
         v *= NM_W(j);
@@ -111,7 +115,11 @@ void main() {
 #if NM_HAS_B
         v += NM_B(j);
 #endif
+#ifdef MM_EPILOGUE
+        MM_EPILOGUE(base + j, v) // a fused group's members (vk_gen_fused.c)
+#else
         Y(base + j) = v;
+#endif
     }
 #endif
 }
@@ -121,24 +129,24 @@ void main() {
 // Workgroup w: block w / NM_NCH of rows, column chunk w % NM_NCH of
 // NM_PER * LOCAL_X columns.
 void main() {
-    uint wg = GID / LOCAL_X;
+    IDX wg = GID / LOCAL_X;
     if (wg >= NM_NWG) return;
-    uint blk = wg / NM_NCH, col0 = (wg % NM_NCH) * (NM_PER * LOCAL_X);
+    IDX blk = wg / NM_NCH, col0 = (wg % NM_NCH) * (NM_PER * LOCAL_X);
     uint lane = gl_LocalInvocationID.x;
     float acc[NM_PER];
     [[unroll]] for (uint k = 0u; k < NM_PER; k++) acc[k] = 0.0;
-    uint r1 = min(blk * NM_BR + NM_BR, NM_ROWS);
-    for (uint r = blk * NM_BR; r < r1; r++) {
-        uint base = r * NM_D;
+    IDX r1 = min(blk * NM_BR + NM_BR, NM_ROWS);
+    for (IDX r = blk * NM_BR; r < r1; r++) {
+        IDX base = r * NM_D;
         float mean, rstd;
         row_stats(base, lane, true, mean, rstd);
         [[unroll]] for (uint k = 0u; k < NM_PER; k++) {
-            uint j = col0 + lane + k * LOCAL_X;
+            IDX j = col0 + lane + k * LOCAL_X;
             if (j < NM_D) acc[k] += X1(base + j) * ((X0(base + j) - mean) * rstd);
         }
     }
     [[unroll]] for (uint k = 0u; k < NM_PER; k++) {
-        uint j = col0 + lane + k * LOCAL_X;
+        IDX j = col0 + lane + k * LOCAL_X;
         if (j < NM_D) Y(blk * NM_D + j) = acc[k];
     }
 }

@@ -15,7 +15,14 @@
 //   SKIP              0, or the gate's "not finite" flag (X4(1) / X5(1)): when
 //                     it is not 0 the invocation returns before writing
 //                     anything (a branch: 0 * NaN would be NaN)
-//   LR_MULT, WD, HAS_WD
+//   LR_MULT, WD, HAS_WD (literals; the multi-tensor kernel takes them per
+//                     tensor from its table)
+//   OPT_MULTI         1: the multi-tensor kernel (vk_gen_multi.c): the
+//                     operands are regions holding many parameters, their
+//                     gradients and state at equal offsets; workgroup w
+//                     updates MT_PER * LOCAL_X elements of one tensor, found
+//                     by mt_find(w, at, n, lr_mult, wd, w0) (generated: a
+//                     tree of comparisons with constants, no table in memory)
 //   SGD:  MOM, HAS_MOM, NESTEROV
 //   Adam: B1, B2, ONE_M_B1, ONE_M_B2 (1 - beta rounded in f32), EPS, DECOUPLED
 //   clip_coef: MAX_NORM
@@ -31,6 +38,47 @@
 #define OPT_STEP_GATE 3
 
 bool nonfinite(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
+
+#if OPT_OP == OPT_SGD || OPT_OP == OPT_ADAM
+#ifndef OPT_MULTI
+#define OPT_MULTI 0
+#endif
+// Element i of the parameter, its gradient and state; lrm, wdv: the
+// learning-rate multiplier and weight decay (HAS_WD: wdv != 0).
+void update(IDX i, float lrm, float wdv) {
+    precise float lr = HYPER(0) * lrm;
+    precise float pv = X0(i);
+    precise float gv = CLIP * X1(i);
+#if OPT_OP == OPT_SGD
+    if (bool(HAS_WD)) gv = gv + wdv * pv;
+#if HAS_MOM
+    precise float b = MOM * X2(i) + gv;
+    X2_WR(i) = b;
+#if NESTEROV
+    gv = gv + MOM * b;
+#else
+    gv = b;
+#endif
+#endif
+    Y(i) = pv - lr * gv;
+#else // Adam / AdamW
+    precise float bc1 = HYPER(1), bc2 = HYPER(2);
+    if (bool(HAS_WD)) {
+#if DECOUPLED
+        pv = pv * (1.0 - lr * wdv);
+#else
+        gv = gv + wdv * pv;
+#endif
+    }
+    precise float m = B1 * X2(i) + ONE_M_B1 * gv;
+    precise float v = B2 * X3(i) + ONE_M_B2 * gv * gv;
+    X2_WR(i) = m;
+    X3_WR(i) = v;
+    precise float mhat = m / bc1, vhat = v / bc2;
+    Y(i) = pv - lr * mhat / (sqrt(vhat) + EPS);
+#endif
+}
+#endif
 
 void main() {
 #if OPT_OP == OPT_STEP_GATE
@@ -53,42 +101,22 @@ void main() {
     if (GID != 0u) return;
     float c = MAX_NORM / (sqrt(X0(0)) + 1e-6);
     Y(0) = (!isnan(c) && c < 1.0) ? c : 1.0;
+#elif OPT_MULTI
+    if (SKIP != 0.0) return; // uniform: the gate's flag
+    uint w = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (w >= MT_GROUPS) return;
+    uint at, n, w0;
+    float lrm, wdv;
+    mt_find(w, at, n, lrm, wdv, w0);
+    uint j0 = (w - w0) * (LOCAL_X * MT_PER) + gl_LocalInvocationID.x;
+    [[unroll]] for (uint e = 0u; e < MT_PER; e++) {
+        uint j = j0 + e * LOCAL_X;
+        if (j < n) update(at + j, lrm, wdv);
+    }
 #else
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
     if (SKIP != 0.0) return;
-    precise float lr = HYPER(0) * LR_MULT;
-    precise float pv = X0(i);
-    precise float gv = CLIP * X1(i);
-#if OPT_OP == OPT_SGD
-#if HAS_WD
-    gv = gv + WD * pv;
-#endif
-#if HAS_MOM
-    precise float b = MOM * X2(i) + gv;
-    X2_WR(i) = b;
-#if NESTEROV
-    gv = gv + MOM * b;
-#else
-    gv = b;
-#endif
-#endif
-    Y(i) = pv - lr * gv;
-#else // Adam / AdamW
-    precise float bc1 = HYPER(1), bc2 = HYPER(2);
-#if HAS_WD
-#if DECOUPLED
-    pv = pv * (1.0 - lr * WD);
-#else
-    gv = gv + WD * pv;
-#endif
-#endif
-    precise float m = B1 * X2(i) + ONE_M_B1 * gv;
-    precise float v = B2 * X3(i) + ONE_M_B2 * gv * gv;
-    X2_WR(i) = m;
-    X3_WR(i) = v;
-    precise float mhat = m / bc1, vhat = v / bc2;
-    Y(i) = pv - lr * mhat / (sqrt(vhat) + EPS);
-#endif
+    update(i, LR_MULT, WD);
 #endif
 }

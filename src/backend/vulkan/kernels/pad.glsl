@@ -7,11 +7,11 @@
 // Does not: read outside x (the bounds test comes first).
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    int r = int(i);
-    int c3 = r % YD3, c2 = (r / YD3) % YD2, c1 = (r / (YD3 * YD2)) % YD1, c0 = r / (YD3 * YD2 * YD1);
-    int s0 = c0 - PB0, s1 = c1 - PB1, s2 = c2 - PB2, s3 = c3 - PB3;
+    SIDX r = SIDX(i);
+    SIDX c3 = r % YD3, c2 = (r / YD3) % YD2, c1 = (r / (YD3 * YD2)) % YD1, c0 = r / (YD3 * YD2 * YD1);
+    SIDX s0 = c0 - PB0, s1 = c1 - PB1, s2 = c2 - PB2, s3 = c3 - PB3;
     float v = 0.0;
     if (s0 >= 0 && s0 < XD0 && s1 >= 0 && s1 < XD1 && s2 >= 0 && s2 < XD2 && s3 >= 0 && s3 < XD3)
         v = X0(((s0 * XD1 + s1) * XD2 + s2) * XD3 + s3);

@@ -4,6 +4,8 @@
 #ifdef MN_NONUNIFORM
 #extension GL_EXT_nonuniform_qualifier : require
 #endif
+// MN_IDX64: GL_EXT_shader_explicit_arithmetic_types_int64 is enabled right
+// after #version (vk_codegen_source), before the defines' 64-bit literals.
 #ifdef MN_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_vote : require
@@ -11,6 +13,28 @@
 #endif
 
 layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) in;
+
+// Element indices and offsets: IDX (unsigned) and SIDX (signed) are uint
+// and int, or uint64_t and int64_t in a kernel with an operand of more than
+// vk_caps.index_max elements (MN_IDX64, vk_codegen.c). The generator writes
+// sizes, strides and dimensions as literals of the same width (123u /
+// 123ul, 123 / 123l), so their products do not wrap either. MN_IDX_NONE: an
+// index no element has. Without MN_IDX64 a kernel compiles as before: no
+// 64-bit arithmetic. Rule for templates: under MN_IDX64 never compare (<,
+// <=, >, >=) a signed 64-bit value made by sign-extending a 32-bit int
+// (an int loop counter or id against a 64-bit define, SIDX(int) * c < d):
+// lavapipe of Debian 12 (Mesa 22.3) gets such comparisons wrong (measured:
+// int64_t(3) < 7l is false). Loop counters compared with SIDX bounds are
+// SIDX; ints compared with ints stay int.
+#ifdef MN_IDX64
+#define IDX uint64_t
+#define SIDX int64_t
+#define MN_IDX_NONE 0xfffffffffffffffful
+#else
+#define IDX uint
+#define SIDX int
+#define MN_IDX_NONE 0xffffffffu
+#endif
 
 // One storage buffer per operand, bound by the runtime to exactly the
 // tensor's bytes: binding 0 = the output Y, binding 1 + i = input i
@@ -26,6 +50,8 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 // every access visits the pages in a loop whose counter is the same in all
 // invocations (dynamically uniform) and touches the one that holds i.
 // Kernels whose operands all fit one binding compile exactly as before.
+// With MN_IDX64 the page i >> SHIFT is taken from the 64-bit index; the
+// index within a page (below 2^30) stays 32-bit, as does every binding's.
 #ifdef Y_PAGES
 layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY[Y_PAGES];
 #else
@@ -80,6 +106,7 @@ layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5;
 layout(push_constant) uniform PushConstants { uint off[8]; } pc;
 
 #define MN_PG_MASK(S) ((1u << (S)) - 1u)
+#ifndef MN_IDX64
 #ifdef MN_NONUNIFORM
 // an element of a paged operand, an lvalue
 #define MN_PG_AT(B, S, i) B[nonuniformEXT(uint(i) >> (S))].d[uint(i) & MN_PG_MASK(S)]
@@ -101,6 +128,26 @@ layout(push_constant) uniform PushConstants { uint off[8]; } pc;
     [[unroll]] for (uint mn_pk = 0u, mn_pi = uint(i); mn_pk < uint(P); mn_pk++) \
         if (mn_pk != (mn_pi >> (S))) {} else B[mn_pk].d[mn_pi & MN_PG_MASK(S)]
 #endif
+#else // MN_IDX64: the same with the page from a 64-bit index
+#ifdef MN_NONUNIFORM
+#define MN_PG_AT(B, S, i) B[nonuniformEXT(uint(uint64_t(i) >> (S)))].d[uint(i) & MN_PG_MASK(S)]
+#define MN_PG_RD(B, S, P, i) MN_PG_AT(B, S, i)
+#define MN_PG_WR(B, S, P, i) MN_PG_AT(B, S, i)
+#else
+#define MN_PG_READER(NAME, B, S, P) \
+    float NAME(uint64_t i) { \
+        float v = 0.0; \
+        uint pg = uint(i >> (S)), at = uint(i) & MN_PG_MASK(S); \
+        [[unroll]] for (uint k = 0u; k < uint(P); k++) \
+            if (k == pg) v = B[k].d[at]; \
+        return v; \
+    }
+#define MN_PG_WR(B, S, P, i) \
+    [[unroll]] for (uint mn_pk = 0u, mn_pp = uint(uint64_t(i) >> (S)), mn_pi = uint(i) & MN_PG_MASK(S); \
+                    mn_pk < uint(P); mn_pk++) \
+        if (mn_pk != mn_pp) {} else B[mn_pk].d[mn_pi]
+#endif
+#endif
 
 // Y(i) = v writes the output (Y is write-only: a paged Y without
 // MN_NONUNIFORM is a statement prefix, not an expression); X0(i) .. X5(i)
@@ -117,7 +164,7 @@ layout(push_constant) uniform PushConstants { uint off[8]; } pc;
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X0, bX0, X0_SHIFT, X0_PAGES)
-#define X0(i) mn_rd_X0(uint(i))
+#define X0(i) mn_rd_X0(IDX(i))
 #else
 #define X0(i) MN_PG_RD(bX0, X0_SHIFT, X0_PAGES, i)
 #endif
@@ -131,7 +178,7 @@ MN_PG_READER(mn_rd_X0, bX0, X0_SHIFT, X0_PAGES)
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X1, bX1, X1_SHIFT, X1_PAGES)
-#define X1(i) mn_rd_X1(uint(i))
+#define X1(i) mn_rd_X1(IDX(i))
 #else
 #define X1(i) MN_PG_RD(bX1, X1_SHIFT, X1_PAGES, i)
 #endif
@@ -145,7 +192,7 @@ MN_PG_READER(mn_rd_X1, bX1, X1_SHIFT, X1_PAGES)
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X2, bX2, X2_SHIFT, X2_PAGES)
-#define X2(i) mn_rd_X2(uint(i))
+#define X2(i) mn_rd_X2(IDX(i))
 #else
 #define X2(i) MN_PG_RD(bX2, X2_SHIFT, X2_PAGES, i)
 #endif
@@ -159,7 +206,7 @@ MN_PG_READER(mn_rd_X2, bX2, X2_SHIFT, X2_PAGES)
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X3, bX3, X3_SHIFT, X3_PAGES)
-#define X3(i) mn_rd_X3(uint(i))
+#define X3(i) mn_rd_X3(IDX(i))
 #else
 #define X3(i) MN_PG_RD(bX3, X3_SHIFT, X3_PAGES, i)
 #endif
@@ -173,7 +220,7 @@ MN_PG_READER(mn_rd_X3, bX3, X3_SHIFT, X3_PAGES)
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X4, bX4, X4_SHIFT, X4_PAGES)
-#define X4(i) mn_rd_X4(uint(i))
+#define X4(i) mn_rd_X4(IDX(i))
 #else
 #define X4(i) MN_PG_RD(bX4, X4_SHIFT, X4_PAGES, i)
 #endif
@@ -187,7 +234,7 @@ MN_PG_READER(mn_rd_X4, bX4, X4_SHIFT, X4_PAGES)
 #else
 #ifndef MN_NONUNIFORM
 MN_PG_READER(mn_rd_X5, bX5, X5_SHIFT, X5_PAGES)
-#define X5(i) mn_rd_X5(uint(i))
+#define X5(i) mn_rd_X5(IDX(i))
 #else
 #define X5(i) MN_PG_RD(bX5, X5_SHIFT, X5_PAGES, i)
 #endif
@@ -197,4 +244,9 @@ MN_PG_READER(mn_rd_X5, bX5, X5_SHIFT, X5_PAGES)
 #define X0I(i) floatBitsToInt(X0(i))
 #define X1I(i) floatBitsToInt(X1(i))
 
+#ifndef MN_IDX64
 #define GID (gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * (gl_NumWorkGroups.x * gl_WorkGroupSize.x))
+#else
+// from the workgroup ids: gl_GlobalInvocationID.x wraps past 2^32 invocations
+#define GID (uint64_t(gl_GlobalInvocationID.x) + uint64_t(gl_GlobalInvocationID.y) * uint64_t(gl_NumWorkGroups.x * gl_WorkGroupSize.x))
+#endif

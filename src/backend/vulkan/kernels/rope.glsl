@@ -48,9 +48,10 @@ void rope_sincos(float turns, out float s, out float c) {
 }
 
 void main() {
-    uint gid = GID;
+    IDX gid = GID;
     if (gid >= Y_N / 2u) return;
-    uint i = gid % RP_HALF, r = gid / RP_HALF;
+    uint i = uint(gid % RP_HALF);
+    IDX r = gid / RP_HALF;
     int p = RP_OFF + int(r % RP_T);
 #if RP_HAS_POS
     p += clamp(RP_POS, -(1 << 29), 1 << 29);
@@ -60,7 +61,7 @@ void main() {
 #if RP_INVERSE
     s = -s;
 #endif
-    uint o = r * RP_DH + i;
+    IDX o = r * RP_DH + i;
     float x1 = X0(o), x2 = X0(o + RP_HALF);
     Y(o) = x1 * c - x2 * s;
     Y(o + RP_HALF) = x2 * c + x1 * s;

@@ -84,30 +84,30 @@ float wg_max(float v) {
 #endif
 
 // Row statistics of X0 at [base, base + NC): max, and sum of exp(x - max).
-float row_max(uint base) {
+float row_max(IDX base) {
     float m = -MN_INF;
-    for (uint j = LANE; j < NC; j += STEP) {
+    for (IDX j = LANE; j < NC; j += STEP) {
         float v = X0(base + j);
         if (mn_beats(v, m)) m = v;
     }
     return ROW_MAX(m);
 }
 
-float row_sumexp(uint base, float m) {
+float row_sumexp(IDX base, float m) {
     float s = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) s += mn_exp(X0(base + j) - m);
+    for (IDX j = LANE; j < NC; j += STEP) s += mn_exp(X0(base + j) - m);
     return ROW_SUM(s);
 }
 
 #if SM_LOSS
 
 // Loss term of row b: sum t * log_softmax.
-float row_loss(uint b) {
-    uint base = b * NC;
+float row_loss(IDX b) {
+    IDX base = b * NC;
     float m = row_max(base);
     float ls = mn_log(row_sumexp(base, m));
     float acc = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) acc += X1(base + j) * ((X0(base + j) - m) - ls);
+    for (IDX j = LANE; j < NC; j += STEP) acc += X1(base + j) * ((X0(base + j) - m) - ls);
     return ROW_SUM(acc);
 }
 
@@ -115,9 +115,9 @@ void main() {
     uint t = gl_LocalInvocationID.x;
     float tot = 0.0;
 #if ROW_COOP
-    for (uint b = 0u; b < ROWS; b++) tot += row_loss(b); // same value in every invocation
+    for (IDX b = 0u; b < ROWS; b++) tot += row_loss(b); // same value in every invocation
 #else
-    for (uint b = t; b < ROWS; b += LOCAL_X) tot += row_loss(b);
+    for (IDX b = t; b < ROWS; b += LOCAL_X) tot += row_loss(b);
     tot = wg_sum(tot);
 #endif
     if (t != 0u) return;
@@ -126,23 +126,23 @@ void main() {
 
 #else // row ops
 
-void row_op(uint row) {
-    uint base = row * NC;
+void row_op(IDX row) {
+    IDX base = row * NC;
 #if SM_OP == SM_SOFTMAX_BWD
     // (y, dy) -> y * (dy - sum(dy * y))
     float s = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) s += X1(base + j) * X0(base + j);
+    for (IDX j = LANE; j < NC; j += STEP) s += X1(base + j) * X0(base + j);
     s = ROW_SUM(s);
-    for (uint j = LANE; j < NC; j += STEP) {
+    for (IDX j = LANE; j < NC; j += STEP) {
         float y = X0(base + j), dy = X1(base + j);
         Y(base + j) = y * (dy - s);
     }
 #elif SM_OP == SM_LOG_SOFTMAX_BWD
     // (y, dy) -> dy - exp(y) * sum(dy)
     float s = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) s += X1(base + j);
+    for (IDX j = LANE; j < NC; j += STEP) s += X1(base + j);
     s = ROW_SUM(s);
-    for (uint j = LANE; j < NC; j += STEP) {
+    for (IDX j = LANE; j < NC; j += STEP) {
         float y = X0(base + j), dy = X1(base + j);
         Y(base + j) = dy - mn_exp(y) * s;
     }
@@ -151,22 +151,22 @@ void row_op(uint row) {
     float s = row_sumexp(base, m);
 #if SM_OP == SM_SOFTMAX
     float inv = 1.0 / s;
-    for (uint j = LANE; j < NC; j += STEP) Y(base + j) = mn_exp(X0(base + j) - m) * inv;
+    for (IDX j = LANE; j < NC; j += STEP) Y(base + j) = mn_exp(X0(base + j) - m) * inv;
 #elif SM_OP == SM_LOG_SOFTMAX
     float ls = mn_log(s);
-    for (uint j = LANE; j < NC; j += STEP) Y(base + j) = (X0(base + j) - m) - ls;
+    for (IDX j = LANE; j < NC; j += STEP) Y(base + j) = (X0(base + j) - m) - ls;
 #elif SM_OP == SM_CE_DENSE_BWD
     float scale = X2(0) / ROWS_F;
 #if CE_WRT_T
     // dtargets = -log_softmax * dloss / B
     float ls = mn_log(s);
-    for (uint j = LANE; j < NC; j += STEP) Y(base + j) = -((X0(base + j) - m) - ls) * scale;
+    for (IDX j = LANE; j < NC; j += STEP) Y(base + j) = -((X0(base + j) - m) - ls) * scale;
 #else
     // dlogits = (softmax * sum(t) - t) * dloss / B
     float ts = 0.0;
-    for (uint j = LANE; j < NC; j += STEP) ts += X1(base + j);
+    for (IDX j = LANE; j < NC; j += STEP) ts += X1(base + j);
     ts = ROW_SUM(ts);
-    for (uint j = LANE; j < NC; j += STEP) {
+    for (IDX j = LANE; j < NC; j += STEP) {
         float p = mn_exp(X0(base + j) - m) / s;
         Y(base + j) = (p * ts - X1(base + j)) * scale;
     }
@@ -177,9 +177,9 @@ void row_op(uint row) {
 
 void main() {
 #if ROW_COOP
-    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    IDX row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
 #else
-    uint row = GID;
+    IDX row = GID;
 #endif
     if (row >= ROWS) return; // uniform over the workgroup with ROW_COOP
     row_op(row);

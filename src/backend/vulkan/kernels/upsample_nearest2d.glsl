@@ -5,9 +5,9 @@
 // sum mode.
 
 void main() {
-    uint i = GID;
+    IDX i = GID;
     if (i >= Y_N) return;
-    int r = int(i);
-    int w = r % UP_OW, h = (r / UP_OW) % UP_OH, p = r / (UP_OW * UP_OH);
+    SIDX r = SIDX(i);
+    SIDX w = r % UP_OW, h = (r / UP_OW) % UP_OH, p = r / (UP_OW * UP_OH);
     Y(i) = X0(p * (UP_H * UP_W) + (h / UP_SH) * UP_W + w / UP_SW);
 }

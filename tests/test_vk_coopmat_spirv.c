@@ -1,0 +1,440 @@
+/* test_vk_coopmat_spirv.c - the fast contract's cooperative-matrix GEMM
+ * kernels (vk_gen_coopmat.c, kernels/matmul_coopmat.glsl) and the SPIR-V
+ * pass that turns glslang's NV cooperative matrices into KHR ones (and f16
+ * into bf16: vk_spirv_coopmat.c), for a device profile that has them (an
+ * H200: Debian's lavapipe has none, so nothing here runs a kernel).
+ *
+ * For matmuls of every layout (the four transpose combinations, batched, a
+ * shared operand, odd sizes, the workloads' skinny shapes), convolutions
+ * (forward with bias, both gradients, stride, dilation, groups, 1x1), each tile of
+ * the generator's table and a few MEGANEURA_COOPMAT_TILE values, both
+ * rounding modes, bf16 and f16, KHR and NV, and a fused epilogue: the
+ * kernel is generated, compiled by libshaderc, the NV form (glslang's
+ * output) passes Debian's spirv-val, and the rewritten KHR form passes
+ * vk_spirv_check_khr (Debian's spirv-val, SPIRV-Tools 2023.1, predates
+ * SPV_KHR_cooperative_matrix) and, when MEGANEURA_SPIRV_VAL names a newer
+ * spirv-val (2023.4 or later knows both extensions), that one too. Through
+ * vk_compile the same kernels come out rewritten. The pass refuses what it
+ * cannot type: a fragment used as both A and B, arithmetic on bf16, a
+ * cut module. The rewrite and the check are also run on the bytes of every
+ * generated module cut and flipped (no crash, an error or a valid module).
+ *
+ * Does not: run the kernels (bench/bench_gemm.c on the GPU does, against a
+ * CPU product).
+ */
+#include <shaderc/shaderc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/vulkan/vk_codegen.h"
+#include "backend/vulkan/vk_spirv.h"
+#include "backend/vulkan/vk_util.h"
+#include "graph/graph.h"
+#include "harness.h"
+#include "kir/kir.h"
+
+static const vk_caps h200 = {.subgroup_size = 32,
+                             .max_shared_bytes = 49152,
+                             .max_invocations = 1024,
+                             .max_groups = {2147483647u, 65535, 65535},
+                             .fp16 = true,
+                             .bf16 = true,
+                             .coopmat = true,
+                             .coopmat_f16 = true,
+                             .coopmat_bf16 = true,
+                             .coopmat_nv_f16 = true};
+
+static shaderc_compiler_t compiler;
+static char spv_path[64];
+static int checked_nv, checked_khr, checked_new_val;
+
+static bool write_file(const char *path, const uint32_t *w, size_t n) {
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(w, 4, n, f) == n;
+    if (f) ok = fclose(f) == 0 && ok;
+    return ok;
+}
+
+/* spirv-val (or MEGANEURA_SPIRV_VAL) on w; true if it accepts. */
+static bool spirv_val(const char *tool, const uint32_t *w, size_t n) {
+    if (!write_file(spv_path, w, n)) return false;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --target-env vulkan1.1 %s", tool, spv_path);
+    return system(cmd) == 0;
+}
+
+static uint32_t *compile(const char *src, const char *label, size_t *n) {
+    shaderc_compile_options_t opt = shaderc_compile_options_initialize();
+    shaderc_compile_options_set_target_env(opt, shaderc_target_env_vulkan, shaderc_env_version_vulkan_1_1);
+    shaderc_compile_options_set_optimization_level(opt, shaderc_optimization_level_performance);
+    shaderc_compilation_result_t r =
+        shaderc_compile_into_spv(compiler, src, strlen(src), shaderc_glsl_compute_shader, label, "main", opt);
+    shaderc_compile_options_release(opt);
+    uint32_t *w = NULL;
+    if (shaderc_result_get_compilation_status(r) != shaderc_compilation_status_success) {
+        fprintf(stderr, "---- %s: compile error:\n%s\n", label, shaderc_result_get_error_message(r));
+    } else {
+        *n = shaderc_result_get_length(r) / 4;
+        w = malloc(*n * 4);
+        if (w) memcpy(w, shaderc_result_get_bytes(r), *n * 4);
+    }
+    shaderc_result_release(r);
+    return w;
+}
+
+/* Compiles the kernel, validates the NV form, rewrites it as the kernel
+ * asks and checks the KHR form; then the same through vk_compile. */
+static void check_kernel(const vk_kernel *k, const char *what, bool want_khr, bool bf16) {
+    char *src = vk_codegen_source(k);
+    CHECK_MSG(src != NULL, "%s: no source", what);
+    if (!src) return;
+    size_t n = 0;
+    uint32_t *nv = compile(src, what, &n);
+    CHECK_MSG(nv != NULL, "%s: does not compile; source:\n%s", what, src);
+    if (!nv) {
+        free(src);
+        return;
+    }
+    CHECK_MSG(spirv_val("spirv-val", nv, n), "%s: spirv-val rejects the NV form", what);
+    checked_nv++;
+    const bool asks = strstr(k->defines, "#define MN_SPIRV_PASS ") != NULL;
+    CHECK_MSG(asks == want_khr, "%s: MN_SPIRV_PASS %s", what, asks ? "set" : "missing");
+    if (want_khr) {
+        uint32_t *khr = NULL;
+        size_t nk = 0;
+        char err[512] = "";
+        mn_status st = vk_spirv_coopmat_khr(&khr, &nk, nv, n, bf16, err, sizeof err);
+        CHECK_MSG(st == MN_OK, "%s: rewrite: %s", what, err);
+        if (!st) {
+            st = vk_spirv_check_khr(khr, nk, bf16, err, sizeof err);
+            CHECK_MSG(st == MN_OK, "%s: check: %s", what, err);
+            checked_khr++;
+            const char *val = getenv("MEGANEURA_SPIRV_VAL");
+            if (val && *val) {
+                CHECK_MSG(spirv_val(val, khr, nk), "%s: %s rejects the KHR form", what, val);
+                checked_new_val++;
+            }
+            /* vk_compile applies the same pass (cache bypassed; every
+             * fourth kernel: each compile takes a while) */
+            uint32_t *via = NULL;
+            if (checked_khr % 4 != 1) {
+                free(khr);
+                free(nv);
+                free(src);
+                return;
+            }
+            size_t nv2 = 0;
+            bool cached = true;
+            setenv("MEGANEURA_NO_KERNEL_CACHE", "1", 1);
+            st = vk_compile(&via, &nv2, src, what, &cached, err, sizeof err);
+            unsetenv("MEGANEURA_NO_KERNEL_CACHE");
+            CHECK_MSG(st == MN_OK && !cached && nv2 == nk && !memcmp(via, khr, nk * 4),
+                      "%s: vk_compile gives another module (%s)", what, err);
+            free(via);
+        }
+        free(khr);
+    }
+    free(nv);
+    free(src);
+}
+
+static int32_t add_matmul(mn_graph *g, int ra, int rb, int64_t B, int64_t M, int64_t K, int64_t N, bool ta,
+                          bool tb) {
+    static int seq;
+    char na[32], nb[32];
+    snprintf(na, sizeof na, "a%d", seq);
+    snprintf(nb, sizeof nb, "b%d", seq++);
+    int64_t sa[3], sb[3];
+    int i = 0;
+    if (ra == 3) sa[i++] = B;
+    sa[i++] = ta ? K : M;
+    sa[i++] = ta ? M : K;
+    i = 0;
+    if (rb == 3) sb[i++] = B;
+    sb[i++] = tb ? N : K;
+    sb[i++] = tb ? K : N;
+    mn_tensor a, b, y = MN_NONE;
+    CHECK_OK(mn_graph_input(g, &a, na, MN_F32, ra, sa), mn_graph_error(g));
+    CHECK_OK(mn_graph_input(g, &b, nb, MN_F32, rb, sb), mn_graph_error(g));
+    CHECK_OK(mn_matmul_ex(g, &y, a, b, ta, tb), mn_graph_error(g));
+    return y;
+}
+
+static const char *round_name(mn_round16 r) { return r == MN_ROUND_BF16 ? "bf16" : "f16"; }
+
+/* One node through the generator with the form and knobs set. */
+static void gen_and_check(mn_graph *g, int32_t id, mn_round16 rnd, const char *form, const char *tile,
+                          const char *round, bool want_coopmat) {
+    node *n = &g->nodes[id];
+    n->flags = (n->flags & ~(uint32_t)(NODE_F_ROUND_BF16 | NODE_F_ROUND_F16)) |
+               (rnd == MN_ROUND_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16);
+    setenv("MEGANEURA_COOPMAT", form, 1);
+    if (tile) setenv("MEGANEURA_COOPMAT_TILE", tile, 1);
+    else unsetenv("MEGANEURA_COOPMAT_TILE");
+    setenv("MEGANEURA_COOPMAT_ROUND", round, 1);
+    char what[256], err[512] = "";
+    snprintf(what, sizeof what, "%s %%%d [%lld,%lld] %s form=%s tile=%s round=%s", op_table[n->op].name, id,
+             (long long)n->shape[0],
+             (long long)n->shape[n->rank - 1], round_name(rnd), form, tile ? tile : "auto", round);
+    vk_kernel *k = malloc(sizeof *k);
+    mn_status st = vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err);
+    CHECK_MSG(st == MN_OK, "%s: codegen: %s", what, err);
+    if (!st) {
+        const bool cm = k->tmpl && !strcmp(k->tmpl, "matmul_coopmat");
+        CHECK_MSG(cm == want_coopmat, "%s: template %s", what, k->tmpl ? k->tmpl : "(none)");
+        uint32_t inv = k->local[0] * k->local[1] * k->local[2];
+        CHECK_MSG(inv >= 32 && inv <= h200.max_invocations && inv % 32 == 0, "%s: %u invocations", what, inv);
+        if (cm) check_kernel(k, what, strcmp(form, "nv") != 0, rnd == MN_ROUND_BF16);
+        else CHECK_MSG(strstr(k->defines, "#define MM_RND(x) ") != NULL, "%s: the FMA kernel does not round", what);
+    }
+    free(k);
+    unsetenv("MEGANEURA_COOPMAT");
+    unsetenv("MEGANEURA_COOPMAT_TILE");
+    unsetenv("MEGANEURA_COOPMAT_ROUND");
+}
+
+static void test_layouts(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    int32_t ids[16];
+    int ni = 0;
+    for (int t = 0; t < 4; t++) ids[ni++] = add_matmul(g, 2, 2, 1, 96, 80, 112, t & 1, t & 2); /* odd tiles */
+    ids[ni++] = add_matmul(g, 3, 3, 3, 64, 64, 64, false, false);                             /* batched */
+    ids[ni++] = add_matmul(g, 3, 2, 2, 128, 576, 1536, false, true);   /* shared weight, y = x W^T */
+    ids[ni++] = add_matmul(g, 2, 2, 1, 127, 61, 93, false, false);     /* nothing a multiple of 4 */
+    ids[ni++] = add_matmul(g, 2, 2, 1, 4096, 4096, 4096, false, false); /* the largest tile */
+    for (int i = 0; i < ni; i++) {
+        gen_and_check(g, ids[i], MN_ROUND_BF16, "auto", NULL, "exact", true);
+        gen_and_check(g, ids[i], MN_ROUND_F16, "auto", NULL, i % 2 ? "hw" : "exact", true);
+    }
+    /* the NV form (f16 only; bf16 falls back to the FMA kernel) and hw bf16 */
+    gen_and_check(g, ids[0], MN_ROUND_F16, "nv", NULL, "exact", true);
+    gen_and_check(g, ids[7], MN_ROUND_F16, "nv", NULL, "hw", true);
+    gen_and_check(g, ids[3], MN_ROUND_BF16, "nv", NULL, "exact", false);
+    gen_and_check(g, ids[7], MN_ROUND_BF16, "khr", NULL, "hw", true);
+    gen_and_check(g, ids[1], MN_ROUND_BF16, "0", NULL, "exact", false);
+    /* tile knobs: each table entry, a 2-stage wide tile, a tiny one */
+    static const char *tiles[] = {"128x256x32/64x64/1", "128x128x32/64x64/2", "64x128x32/32x64/2",
+                                  "64x64x32/32x32/2", "128x128x64/64x32/1", "32x32x16/16x16/2"};
+    for (size_t t = 0; t < MN_ARRAY_LEN(tiles); t++) gen_and_check(g, ids[7], MN_ROUND_BF16, "khr", tiles[t], "exact", true);
+    gen_and_check(g, ids[1], MN_ROUND_F16, "khr", "64x64x32/32x32/1", "exact", true);
+    /* a small product stays on the FMA kernel */
+    int32_t small = add_matmul(g, 2, 2, 1, 8, 8, 8, false, false);
+    gen_and_check(g, small, MN_ROUND_BF16, "auto", NULL, "exact", false);
+    mn_graph_destroy(g);
+}
+
+/* The convolutions' implicit GEMMs on cooperative matrices: forward (with
+ * and without bias), input and weight gradients, stride, padding,
+ * dilation, groups; a thin one stays on the FMA kernel. */
+static void add_conv(mn_graph *g, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t KH,
+                     const mn_conv2d_params *p, bool bias, int32_t ids[3]) {
+    static int seq;
+    char nx[32], nw[32], nb[32], ndy[32];
+    snprintf(nx, sizeof nx, "cx%d", seq), snprintf(nw, sizeof nw, "cw%d", seq);
+    snprintf(nb, sizeof nb, "cb%d", seq), snprintf(ndy, sizeof ndy, "cdy%d", seq++);
+    const int64_t groups = p->groups ? p->groups : 1;
+    mn_tensor x, w, b = MN_NONE, y = MN_NONE, dy;
+    CHECK_OK(mn_graph_input(g, &x, nx, MN_F32, 4, (int64_t[]){N, C, H, W}), mn_graph_error(g));
+    CHECK_OK(mn_graph_input(g, &w, nw, MN_F32, 4, (int64_t[]){O, C / groups, KH, KH}), mn_graph_error(g));
+    if (bias) CHECK_OK(mn_graph_input(g, &b, nb, MN_F32, 1, (int64_t[]){O}), mn_graph_error(g));
+    CHECK_OK(mn_conv2d(g, &y, x, w, b, p), mn_graph_error(g));
+    const node yn = g->nodes[y];
+    CHECK_OK(mn_graph_input(g, &dy, ndy, MN_F32, 4, yn.shape), mn_graph_error(g));
+    node q; /* the two gradient helpers, as autodiff builds them */
+    memset(&q, 0, sizeof q);
+    q.op = OP_CONV2D_BWD_INPUT, q.nin = 2, q.in[0] = dy, q.in[1] = w, q.rank = 4;
+    memcpy(q.ip, yn.ip, sizeof q.ip);
+    memcpy(q.shape, g->nodes[x].shape, sizeof q.shape);
+    CHECK_OK(graph_add(g, &ids[1], &q), g->err);
+    q.op = OP_CONV2D_BWD_WEIGHT, q.in[0] = x, q.in[1] = dy;
+    memcpy(q.shape, g->nodes[w].shape, sizeof q.shape);
+    CHECK_OK(graph_add(g, &ids[2], &q), g->err);
+    ids[0] = y;
+}
+
+static void test_conv(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    int32_t a[3], b[3], c[3];
+    add_conv(g, 2, 32, 16, 16, 48, 3, &(mn_conv2d_params){{1, 1}, {1, 1}, {1, 1}, 1}, true, a);
+    add_conv(g, 2, 32, 15, 17, 64, 3, &(mn_conv2d_params){{2, 2}, {1, 1}, {2, 1}, 2}, false, b);
+    add_conv(g, 4, 64, 14, 14, 128, 1, &(mn_conv2d_params){{1, 1}, {0, 0}, {1, 1}, 1}, true, c); /* 1x1 */
+    for (int i = 0; i < 3; i++) {
+        gen_and_check(g, a[i], MN_ROUND_BF16, "auto", NULL, "exact", true);
+        gen_and_check(g, b[i], i == 1 ? MN_ROUND_F16 : MN_ROUND_BF16, "auto", NULL, i == 2 ? "hw" : "exact", true);
+        gen_and_check(g, c[i], MN_ROUND_F16, "auto", NULL, "exact", true);
+    }
+    gen_and_check(g, a[0], MN_ROUND_F16, "nv", NULL, "exact", true);
+    int32_t thin[3]; /* depthwise: N = 1 output channel per group */
+    add_conv(g, 1, 8, 7, 7, 8, 3, &(mn_conv2d_params){{1, 1}, {1, 1}, {1, 1}, 8}, false, thin);
+    gen_and_check(g, thin[0], MN_ROUND_BF16, "auto", NULL, "exact", false);
+    mn_graph_destroy(g);
+}
+
+/* Bad knob values fail code generation naming the variable. */
+static void test_knob_errors(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    int32_t id = add_matmul(g, 2, 2, 1, 256, 256, 256, false, false);
+    g->nodes[id].flags |= NODE_F_ROUND_BF16;
+    static const struct {
+        const char *var, *val;
+    } bad[] = {{"MEGANEURA_COOPMAT", "yes"},         {"MEGANEURA_COOPMAT_ROUND", "nearest"},
+               {"MEGANEURA_COOPMAT_TILE", "128x128"}, {"MEGANEURA_COOPMAT_TILE", "128x128x32/48x64/2"},
+               {"MEGANEURA_COOPMAT_TILE", "128x128x32/64x64/3"}, {"MEGANEURA_COOPMAT_TILE", "256x256x64/64x64/2"}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(bad); i++) {
+        setenv(bad[i].var, bad[i].val, 1);
+        vk_kernel *k = malloc(sizeof *k);
+        char err[512] = "";
+        mn_status st = vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err);
+        CHECK_MSG(st == MN_E_INVALID && strstr(err, bad[i].var), "%s=%s: %s (%s)", bad[i].var, bad[i].val,
+                  mn_status_str(st), err);
+        free(k);
+        unsetenv(bad[i].var);
+    }
+    mn_graph_destroy(g);
+}
+
+/* A matmul with its epilogue (bias, ReLU) as one coopmat kernel. */
+static void test_fused(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    mn_tensor x, w, b, y, z, r;
+    CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){256, 192}), mn_graph_error(g));
+    CHECK_OK(mn_graph_input(g, &w, "w", MN_F32, 2, (int64_t[]){192, 320}), mn_graph_error(g));
+    CHECK_OK(mn_graph_input(g, &b, "b", MN_F32, 1, (int64_t[]){320}), mn_graph_error(g));
+    CHECK_OK(mn_matmul(g, &y, x, w), mn_graph_error(g));
+    CHECK_OK(mn_add(g, &z, y, b), mn_graph_error(g));
+    CHECK_OK(mn_relu(g, &r, z), mn_graph_error(g));
+    for (int bf = 0; bf < 2; bf++) {
+        g->nodes[y].flags = (g->nodes[y].flags & ~(uint32_t)(NODE_F_ROUND_BF16 | NODE_F_ROUND_F16)) |
+                            (bf ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16);
+        vk_kernel *k = malloc(sizeof *k);
+        int32_t members[2] = {y, z}, ext[KIR_MAX_INPUTS];
+        int next = 0;
+        char err[512] = "";
+        mn_status st = vk_codegen_fused(k, g, r, members, 2, ext, &next, NULL, &h200, err, sizeof err);
+        CHECK_MSG(st == MN_OK, "fused: %s", err);
+        if (!st) {
+            CHECK_MSG(k->tmpl && !strcmp(k->tmpl, "matmul_coopmat") && strstr(k->defines, "MM_EPILOGUE"),
+                      "fused: not a coopmat kernel with an epilogue");
+            CHECK_MSG(next == 3 && ext[0] == x && ext[1] == w && ext[2] == b, "fused: inputs");
+            check_kernel(k, bf ? "fused bf16" : "fused f16", true, bf);
+        }
+        free(k);
+    }
+    mn_graph_destroy(g);
+}
+
+/* ---- the pass's refusals ------------------------------------------------ */
+
+static const char *head =
+    "#version 450\n#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+    "#extension GL_NV_cooperative_matrix : require\nlayout(local_size_x = 32) in;\n"
+    "layout(std430, binding = 0) buffer B { float d[]; } b;\nshared uvec2 sm[512];\nconst uint S = 3;\n";
+
+static void expect_refused(const char *body, bool bf16, const char *want) {
+    char src[4096];
+    snprintf(src, sizeof src, "%s%s", head, body);
+    size_t n = 0;
+    uint32_t *w = compile(src, "refusal", &n);
+    CHECK_MSG(w != NULL, "refusal case does not compile:\n%s", src);
+    if (!w) return;
+    uint32_t *out = NULL;
+    size_t no = 0;
+    char err[512] = "";
+    mn_status st = vk_spirv_coopmat_khr(&out, &no, w, n, bf16, err, sizeof err);
+    CHECK_MSG(st != MN_OK && strstr(err, want), "want a refusal mentioning '%s', got %s: %s", want, mn_status_str(st),
+              err);
+    free(out);
+    free(w);
+}
+
+static void test_refusals(void) {
+    /* one fragment as A and as B */
+    expect_refused("void main() { fcoopmatNV<16, S, 16, 16> a; fcoopmatNV<32, S, 16, 16> c = "
+                   "fcoopmatNV<32, S, 16, 16>(0.0); coopMatLoadNV(a, sm, 0, 4, false); c = coopMatMulAddNV(a, a, c); "
+                   "coopMatStoreNV(c, b.d, 0, 16, false); }",
+                   false, "both as matrix A and matrix B");
+    /* arithmetic on a 16-bit float, which bf16 does not allow */
+    expect_refused("void main() { fcoopmatNV<16, S, 16, 16> a, bb; fcoopmatNV<32, S, 16, 16> c = "
+                   "fcoopmatNV<32, S, 16, 16>(0.0); float16_t h = float16_t(b.d[1]) * float16_t(b.d[2]); "
+                   "sm[0] = uvec2(packFloat2x16(f16vec2(h, h))); coopMatLoadNV(a, sm, 0, 4, false); "
+                   "coopMatLoadNV(bb, sm, 0, 4, true); c = coopMatMulAddNV(a, bb, c); "
+                   "coopMatStoreNV(c, b.d, 0, 16, false); }",
+                   true, "computes on a 16-bit float");
+    /* no cooperative matrix at all */
+    expect_refused("void main() { b.d[0] = 1.0; }", false, "no NV cooperative matrix");
+    uint32_t junk[3] = {0x07230203u, 0, 0};
+    uint32_t *out = NULL;
+    size_t no = 0;
+    char err[256];
+    CHECK(vk_spirv_coopmat_khr(&out, &no, junk, 3, false, err, sizeof err) != MN_OK);
+    CHECK(vk_spirv_check_khr(junk, 3, false, err, sizeof err) != MN_OK);
+}
+
+/* Cut and flipped modules: the pass and the check return (an error or a
+ * module the check accepts), never crash. */
+static void test_hostile_modules(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    int32_t id = add_matmul(g, 2, 2, 1, 256, 256, 256, false, false);
+    g->nodes[id].flags |= NODE_F_ROUND_BF16;
+    vk_kernel *k = malloc(sizeof *k);
+    char err[512];
+    CHECK_OK(vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err), err);
+    char *src = vk_codegen_source(k);
+    size_t n = 0;
+    uint32_t *w = src ? compile(src, "hostile", &n) : NULL;
+    CHECK(w != NULL);
+    uint64_t rng = 12345;
+    int accepted = 0, refused = 0;
+    for (int trial = 0; w && trial < 400; trial++) {
+        uint32_t *c = malloc(n * 4);
+        memcpy(c, w, n * 4);
+        size_t len = n;
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        if (trial % 4 == 0) len = 1 + (size_t)(rng >> 33) % n;
+        else c[5 + (rng >> 33) % (n - 5)] ^= 1u << ((rng >> 20) % 32);
+        uint32_t *out = NULL;
+        size_t no = 0;
+        if (vk_spirv_coopmat_khr(&out, &no, c, len, true, err, sizeof err) == MN_OK) {
+            accepted++;
+            (void)vk_spirv_check_khr(out, no, true, err, sizeof err);
+        } else {
+            refused++;
+        }
+        (void)vk_spirv_check_khr(c, len, true, err, sizeof err);
+        free(out);
+        free(c);
+    }
+    CHECK_MSG(refused > 0, "no cut or flipped module was refused (%d accepted)", accepted);
+    free(w);
+    free(src);
+    free(k);
+    mn_graph_destroy(g);
+}
+
+int main(void) {
+    snprintf(spv_path, sizeof spv_path, "/tmp/mn_coopmat_%d.spv", (int)getpid());
+    compiler = shaderc_compiler_initialize();
+    CHECK(compiler != NULL);
+    test_layouts();
+    test_conv();
+    test_knob_errors();
+    test_fused();
+    test_refusals();
+    test_hostile_modules();
+    shaderc_compiler_release(compiler);
+    unlink(spv_path);
+    printf("%d coopmat kernels: NV form spirv-val'd, %d KHR forms checked%s%s\n", checked_nv, checked_khr,
+           checked_new_val ? ", and by MEGANEURA_SPIRV_VAL: " : "", checked_new_val ? getenv("MEGANEURA_SPIRV_VAL") : "");
+    return th_finish("test_vk_coopmat_spirv");
+}
