@@ -4,7 +4,8 @@
 #   make demo       train the MNIST MLP on the CPU backend
 #   make test       unit tests (release + ASan/UBSan), 60 s of fuzzing (split
 #                   between the fuzzers: safetensors, graph, tokenizer,
-#                   config.json, images, WAV, inference bundles), CLI checks
+#                   config.json, images, WAV, inference bundles, onnx), CLI
+#                   checks, the ONNX conformance data
 #   make data       fetch and convert MNIST once (cache: $XDG_CACHE_HOME/meganeura)
 #   make lm-demo    train a tiny Llama on the Jargon File (Debian jargon-text), generate
 #   make install    build, then install under PREFIX (default /usr/local), staged
@@ -19,7 +20,7 @@ FUZZ_SECONDS ?= 60
 MN_REQUIRE_VULKAN ?= 1
 export MN_REQUIRE_VULKAN
 # each fuzzer gets an equal share of FUZZ_SECONDS (at least 1 s)
-FUZZ_TARGETS := fuzz_safetensors fuzz_graph fuzz_tokenizer fuzz_hf_config fuzz_image fuzz_wav fuzz_bundle
+FUZZ_TARGETS := fuzz_safetensors fuzz_graph fuzz_tokenizer fuzz_hf_config fuzz_image fuzz_wav fuzz_bundle fuzz_onnx
 FUZZ_EACH = $(shell s=$$(( $(FUZZ_SECONDS) / $(words $(FUZZ_TARGETS)) )); [ $$s -ge 1 ] && echo $$s || echo 1)
 BIN := build/release/meganeura
 PREFIX ?= /usr/local

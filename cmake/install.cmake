@@ -32,7 +32,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/man/meganeura.1 DESTINATION ${CMAKE_INSTALL_
 # dependencies. Static linking (`pkg-config --static`) also needs what the
 # archive uses, in Libs.private: with the Vulkan backend the shaderc, glslang
 # and SPIRV-Tools archives CMake found, libstdc++ (shaderc is C++) and
-# libvulkan, then cJSON, PCRE2, utf8proc, libm and threads. They are not
+# libvulkan, protobuf-c with the ONNX importer, then cJSON, PCRE2, utf8proc,
+# libm and threads. They are not
 # Requires.private: pkg-config would then add those packages' Cflags
 # (-I/usr/include/cjson, -DUTF8PROC_EXPORTS) to every program's, though
 # meganeura.h includes none of their headers.
@@ -42,6 +43,9 @@ if(MN_VULKAN)
     string(APPEND MN_PC_LIBS_PRIVATE "${a} ")
   endforeach()
   string(APPEND MN_PC_LIBS_PRIVATE "-lstdc++ -lvulkan ")
+endif()
+if(MN_ONNX)
+  string(APPEND MN_PC_LIBS_PRIVATE "-lprotobuf-c ")
 endif()
 string(APPEND MN_PC_LIBS_PRIVATE "-lcjson -lpcre2-8 -lutf8proc -lm -pthread")
 foreach(d LIBDIR INCLUDEDIR)

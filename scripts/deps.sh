@@ -8,6 +8,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake clang libclang-rt-14-dev libcjson-dev libpcre2-dev libutf8proc-dev pkg-config
       libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers libshaderc-dev glslang-dev spirv-tools glslang-tools
+      libprotobuf-c-dev protobuf-c-compiler libonnx-dev libonnx-testdata
       python3-numpy python3-pytest librsvg2-bin groff-base openmpi-bin libopenmpi-dev
       libpng-dev libjpeg62-turbo-dev libfftw3-dev)
 missing=()

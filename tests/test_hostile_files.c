@@ -48,6 +48,9 @@
 #include "io/mnist.h"
 #include "io/safetensors.h"
 #include "io/text.h"
+#ifdef MN_HAVE_ONNX
+#include "meganeura_onnx.h"
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -367,6 +370,17 @@ static void expect_unreadable(const char *path, const char *want, const char *ck
     FILE *fp = io_fopen_read(path);
     CHECK_MSG(fp == NULL, "io_fopen_read %s opened it", path);
     if (fp) fclose(fp);
+#ifdef MN_HAVE_ONNX
+    mn_graph *og = NULL;
+    mn_onnx *om = NULL;
+    mn_graph_create(&og);
+    s = mn_onnx_load(&om, og, path, NULL, err, sizeof err);
+    CHECK_MSG(s == MN_E_IO && om == NULL && contains(err, want), "mn_onnx_load %s: %s (%s)", path, mn_status_str(s), err);
+    mn_graph_destroy(og);
+    mn_onnx_tensor ot;
+    s = mn_onnx_tensor_read(&ot, path, err, sizeof err);
+    CHECK_MSG(s == MN_E_IO && contains(err, want), "mn_onnx_tensor_read %s: %s (%s)", path, mn_status_str(s), err);
+#endif
 }
 
 static void test_read_hostile(const char *ckpt) {
@@ -903,6 +917,9 @@ static void test_cli(void) {
     /* reading a FIFO: refused at once, never waited on */
     path_in(p, sizeof p, "fifo");
     EXPECT_FAIL(RUN(10, "inspect", p), "it is a FIFO");
+#ifdef MN_HAVE_ONNX
+    EXPECT_FAIL(RUN(10, "onnx-run", p), "it is a FIFO");
+#endif
     EXPECT_FAIL(RUN(10, "eval", "mnist", "--checkpoint", p, "--data", data), "it is a FIFO");
     EXPECT_FAIL(RUN(10, "eval", "mnist", "--checkpoint", ck, "--data", p), "it is a FIFO");
     EXPECT_FAIL(RUN(10, "data", "mnist", "--check", "--data", p), "it is a FIFO");

@@ -13,8 +13,8 @@ API through ctypes, with numpy arrays in and out.
             loss = s.step(x=images, y=labels)
 
 Modules: graph (Graph, Tensor, the ops), session (Session, Device,
-optimizers, checkpoints), tokenizer, mnist (the data cache), _lib (the
-library and the errors). examples/python/mnist.py trains MNIST.
+optimizers, checkpoints), tokenizer, mnist (the data cache), onnx (ONNX
+import: mn.onnx.load), _lib (the library and the errors). examples/python/mnist.py trains MNIST.
 """
 from ._lib import (BackendError, DtypeError, Error, FileError, FormatError, InvalidArgumentError,
                    NonFiniteError, NotFoundError, OutOfMemoryError, ShapeError, StateError,
@@ -22,12 +22,12 @@ from ._lib import (BackendError, DtypeError, Error, FileError, FormatError, Inva
 from .graph import ALL_AXES, BF16, F16, F32, I32, NONE, Graph, Init, Tensor, fold_batch_norm
 from .session import SGD, Adam, AdamW, Device, Optimizer, Session, checkpoint_meta, list_devices
 from .tokenizer import Tokenizer
-from . import mnist
+from . import mnist, onnx
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Tensor", "Init", "Session", "Device", "Optimizer", "SGD", "Adam", "AdamW", "Tokenizer",
-           "checkpoint_meta", "list_devices", "fold_batch_norm", "mnist", "status_name",
+           "checkpoint_meta", "list_devices", "fold_batch_norm", "mnist", "onnx", "status_name",
            "F32", "F16", "BF16", "I32", "NONE", "ALL_AXES",
            "Error", "InvalidArgumentError", "ShapeError", "DtypeError", "OutOfMemoryError", "FileError",
            "FormatError", "NotFoundError", "UnsupportedError", "BackendError", "StateError", "NonFiniteError"]

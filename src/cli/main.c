@@ -11,6 +11,7 @@
  *   meganeura inspect FILE.safetensors | FILE.mnb      cmd_inspect.c
  *   meganeura data mnist --from DIR [--out FILE] | --check [--data FILE]   cmd_data.c
  *   meganeura devices                            cmd_devices.c
+ *   meganeura onnx-run MODEL.onnx [options]      cmd_onnx.c
  *
  * Shared by the commands: option parsing (args.c), error messages and exit
  * statuses (messages.c), training progress (progress.c), the MNIST models
@@ -35,8 +36,9 @@
 #include "cli/cmd_inspect.h"
 #include "cli/cmd_lm.h"
 #include "cli/cmd_mnist.h"
-#include "cli/dist.h"
+#include "cli/cmd_onnx.h"
 #include "cli/cmd_transcribe.h"
+#include "cli/dist.h"
 #include "cli/messages.h"
 #include "meganeura.h"
 
@@ -57,6 +59,7 @@ static void help_main(FILE *f) {
             "  inspect FILE    list the metadata and tensors of a safetensors file or a bundle\n"
             "  data mnist      convert the MNIST JSON digits into the binary cache\n"
             "  devices         list the Vulkan devices, their limits and extensions\n"
+            "  onnx-run MODEL  import an ONNX model, run it, print (or check) its outputs\n"
             "\n"
             "Options:\n"
             "  -h, --help      show this help\n"
@@ -104,6 +107,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
+    if (strcmp(cmd, "onnx-run") == 0) return cmd_onnx_run(argc - 1, argv + 1);
     if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'", show(cmd).s);
     return usage_error(NULL, "unknown command '%s'", show(cmd).s);
 }
