@@ -294,3 +294,35 @@ def check(status, message_fn):
         raise error(status, msg)
     return status
 
+
+class Handle:
+    """An object owning one C handle (self._h): close() frees it (idempotent),
+    `with` closes it, garbage collection closes it too; `handle` is the live
+    handle or ValueError naming the object (_what) once it is closed.
+    Subclasses define _destroy (the C destructor)."""
+
+    _what = "object"
+    _h = None
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            type(self)._destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError(f"meganeura: the {self._what} is closed")
+        return self._h

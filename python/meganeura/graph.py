@@ -25,7 +25,7 @@ from ctypes import POINTER, byref, c_bool, c_float, c_int, c_int32, c_int64, c_u
 
 import numpy as np
 
-from ._lib import (PT, ST, P, check, lib, mn_attention_params, mn_conv1d_params,
+from ._lib import (Handle, PT, ST, P, check, lib, mn_attention_params, mn_conv1d_params,
                    mn_conv2d_params, mn_conv_transpose2d_params, mn_cross_entropy_params, mn_init,
                    mn_pool2d_params, capture)
 
@@ -244,11 +244,14 @@ def _make_op(opname, spec):
     return op
 
 
-class Graph:
+class Graph(Handle):
     """A graph under construction (mn_graph). Use as a context manager, or
     call close(); the handle is also freed when the object is collected. A
     session copies what it needs, so the graph may be closed once sessions
     exist."""
+
+    _what = "graph"
+    _destroy = staticmethod(lambda h: lib.mn_graph_destroy(h))
 
     def __init__(self):
         h = P()
@@ -259,30 +262,6 @@ class Graph:
         self.states = {}   # name -> shape
         self.outputs = {}  # name -> (shape, dtype)
         self.loss_tensor = None
-
-    # -- lifetime --
-    def close(self):
-        h, self._h = getattr(self, "_h", None), None
-        if h:
-            lib.mn_graph_destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("meganeura: the graph is closed")
-        return self._h
 
     def _check(self, st):
         return check(st, lambda: lib.mn_graph_error(self.handle))

@@ -22,7 +22,7 @@ from ctypes import POINTER, Structure, byref, c_bool, c_char_p, c_int, c_int32, 
 
 import numpy as np
 
-from ._lib import P, PT, ST, _dll, check, error, lib
+from ._lib import Handle, P, PT, ST, _dll, check, error, lib
 from .graph import F32, Graph, Tensor
 
 MAX_RANK = 8  # MN_ONNX_MAX_RANK
@@ -97,10 +97,13 @@ def _io(st):
             "shape": tuple(st.shape[:st.rank]), "tensor": st.tensor}
 
 
-class Model:
+class Model(Handle):
     """An imported model (mn_onnx): .inputs and .outputs (lists of dicts:
     name, graph_name, position, onnx_dtype, dtype, shape, tensor), and the
     calls that move data between a session and the model's types."""
+
+    _what = "ONNX model"
+    _destroy = staticmethod(lambda h: lib.mn_onnx_destroy(h))
 
     def __init__(self, graph, handle):
         self.graph, self._h = graph, handle
@@ -117,29 +120,6 @@ class Model:
         for io in self.outputs:
             if io["tensor"] >= 0:
                 graph.outputs[io["graph_name"]] = (io["shape"], io["dtype"])
-
-    def close(self):
-        h, self._h = getattr(self, "_h", None), None
-        if h:
-            lib.mn_onnx_destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("meganeura: the ONNX model is closed")
-        return self._h
 
     def _check(self, st):
         return check(st, lambda: lib.mn_onnx_error(self._h) if self._h else b"")

@@ -23,7 +23,7 @@ from ctypes import byref, c_char_p, c_float, c_size_t
 
 import numpy as np
 
-from ._lib import P, capture, check, error, lib, mn_optimizer, mn_session_options
+from ._lib import Handle, P, capture, check, error, lib, mn_optimizer, mn_session_options
 from .graph import F32, NUMPY, Graph
 
 BACKENDS = {"cpu": 0, "vulkan": 1}
@@ -78,8 +78,11 @@ def AdamW(**fields):
     return Optimizer("adamw", **fields)
 
 
-class Device:
+class Device(Handle):
     """A backend's device opened once and shared by sessions (mn_device)."""
+
+    _what = "device"
+    _destroy = staticmethod(lambda h: lib.mn_device_close(h))
 
     def __init__(self, backend="vulkan"):
         h = P()
@@ -91,25 +94,8 @@ class Device:
         self._h = h
         self.backend = backend
 
-    def close(self):
-        h, self._h = getattr(self, "_h", None), None
-        if h:
-            lib.mn_device_close(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Session:
+class Session(Handle):
     """A graph compiled for a backend (mn_session). training=None means
     training when an optimizer is given. Free it with close() or a with
     block; it is also freed when collected."""
@@ -143,29 +129,12 @@ class Session:
         self.outputs = dict(graph.outputs)
 
     # -- lifetime --
+    _what = "session"
+    _destroy = staticmethod(lambda h: lib.mn_session_destroy(h))
+
     def close(self):
-        h, self._h = getattr(self, "_h", None), None
-        if h:
-            lib.mn_session_destroy(h)
+        super().close()
         self._device = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("meganeura: the session is closed")
-        return self._h
 
     def _check(self, st):
         return check(st, lambda: lib.mn_session_error(self.handle))
