@@ -79,6 +79,11 @@ const char *mn_onnx_dtype_name(int dtype);
 /* Bytes per element of a numeric type (bool: 1); 0 for string, complex and
  * unknown types. */
 size_t mn_onnx_dtype_size(int dtype);
+/* Element k of data (at least k + 1 elements of the ONNX type dtype) as a
+ * double: floats, bfloat16/float16 (exactly), bool and the integers
+ * (64-bit ones rounded to a double); NaN for string, complex and unknown
+ * types. */
+double mn_onnx_value(const void *data, int dtype, int64_t k);
 
 /* Most dimensions of a tensor held on the host (constants, test data). */
 #define MN_ONNX_MAX_RANK 8

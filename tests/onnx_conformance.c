@@ -95,38 +95,6 @@ static int read_numbered(const char *dir, const char *prefix, mn_onnx_tensor *ts
     return n;
 }
 
-static double as_double(const void *data, int dt, int64_t k) {
-    const unsigned char *p = (const unsigned char *)data + (size_t)k * mn_onnx_dtype_size(dt);
-    switch (dt) {
-    case MN_ONNX_FLOAT: {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-    }
-    case MN_ONNX_DOUBLE: {
-        double d;
-        memcpy(&d, p, 8);
-        return d;
-    }
-    case MN_ONNX_FLOAT16: {
-        unsigned short h;
-        memcpy(&h, p, 2);
-        int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-        double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 1024, e - 25);
-        return s ? -v : v;
-    }
-    case MN_ONNX_BFLOAT16: {
-        unsigned short h;
-        memcpy(&h, p, 2);
-        unsigned int u = (unsigned int)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    default: return 0;
-    }
-}
-
 /* compares got (bytes in want's dtype) with want; a message on difference */
 static bool compare(const void *got, const mn_onnx_tensor *want, char *why, size_t cap) {
     int dt = want->dtype;
@@ -137,7 +105,7 @@ static bool compare(const void *got, const mn_onnx_tensor *want, char *why, size
     for (int64_t k = 0; k < want->numel; k++) {
         bool ok;
         if (fl) {
-            double a = as_double(got, dt, k), b = as_double(want->data, dt, k);
+            double a = mn_onnx_value(got, dt, k), b = mn_onnx_value(want->data, dt, k);
             if (b != b) ok = a != a;
             else if (isinf(b)) ok = a == b;
             else {
@@ -155,8 +123,8 @@ static bool compare(const void *got, const mn_onnx_tensor *want, char *why, size
     if (!bad) return true;
     if (fl)
         snprintf(why, cap, "%lld of %lld values differ (first at %lld: got %.9g, want %.9g; worst relative %.3g)",
-                 (long long)bad, (long long)want->numel, (long long)first, as_double(got, dt, first),
-                 as_double(want->data, dt, first), worst);
+                 (long long)bad, (long long)want->numel, (long long)first, mn_onnx_value(got, dt, first),
+                 mn_onnx_value(want->data, dt, first), worst);
     else snprintf(why, cap, "%lld of %lld values differ (first at %lld)", (long long)bad, (long long)want->numel, (long long)first);
     return false;
 }

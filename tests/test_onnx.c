@@ -27,6 +27,7 @@
  * seed corpus.
  */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -974,8 +975,41 @@ static int write_seeds(const char *dir) {
     return fails ? 1 : 0;
 }
 
+/* mn_onnx_value: every numeric type at its edges, the half types exactly
+ * (subnormal, infinity, NaN), NaN for the types without a value. */
+static void test_value(void) {
+    const float f[2] = {1.5f, -3.25f};
+    const double d[2] = {0.1, -1e300};
+    const uint8_t u8[2] = {255, 7}, b[2] = {0, 1};
+    const int8_t i8[2] = {-128, 5};
+    const uint16_t u16[2] = {65535, 1};
+    const int16_t i16[2] = {-32768, 2};
+    const int32_t i32[2] = {INT32_MIN, 9};
+    const uint32_t u32[2] = {UINT32_MAX, 3};
+    const int64_t i64[2] = {-((int64_t)1 << 53), 11};
+    const uint64_t u64[2] = {(uint64_t)1 << 63, 13};
+    const uint16_t h[5] = {0x3c00, 0xc000, 0x0001, 0x7c00, 0x7e00};      /* 1, -2, 2^-24, inf, NaN */
+    const uint16_t bf[4] = {0x3f80, 0xc0a0, 0xff80, 0x7fc0};             /* 1, -5, -inf, NaN */
+    CHECK(mn_onnx_value(f, MN_ONNX_FLOAT, 1) == -3.25);
+    CHECK(mn_onnx_value(d, MN_ONNX_DOUBLE, 0) == 0.1 && mn_onnx_value(d, MN_ONNX_DOUBLE, 1) == -1e300);
+    CHECK(mn_onnx_value(u8, MN_ONNX_UINT8, 0) == 255 && mn_onnx_value(b, MN_ONNX_BOOL, 1) == 1);
+    CHECK(mn_onnx_value(i8, MN_ONNX_INT8, 0) == -128);
+    CHECK(mn_onnx_value(u16, MN_ONNX_UINT16, 0) == 65535 && mn_onnx_value(i16, MN_ONNX_INT16, 0) == -32768);
+    CHECK(mn_onnx_value(i32, MN_ONNX_INT32, 0) == (double)INT32_MIN && mn_onnx_value(u32, MN_ONNX_UINT32, 0) == 4294967295.0);
+    CHECK(mn_onnx_value(i64, MN_ONNX_INT64, 0) == -9007199254740992.0 && mn_onnx_value(i64, MN_ONNX_INT64, 1) == 11);
+    CHECK(mn_onnx_value(u64, MN_ONNX_UINT64, 0) == 9223372036854775808.0);
+    CHECK(mn_onnx_value(h, MN_ONNX_FLOAT16, 0) == 1 && mn_onnx_value(h, MN_ONNX_FLOAT16, 1) == -2);
+    CHECK(mn_onnx_value(h, MN_ONNX_FLOAT16, 2) == 0x1p-24 && isinf(mn_onnx_value(h, MN_ONNX_FLOAT16, 3)));
+    CHECK(isnan(mn_onnx_value(h, MN_ONNX_FLOAT16, 4)));
+    CHECK(mn_onnx_value(bf, MN_ONNX_BFLOAT16, 0) == 1 && mn_onnx_value(bf, MN_ONNX_BFLOAT16, 1) == -5);
+    CHECK(mn_onnx_value(bf, MN_ONNX_BFLOAT16, 2) == -INFINITY && isnan(mn_onnx_value(bf, MN_ONNX_BFLOAT16, 3)));
+    CHECK(isnan(mn_onnx_value(f, MN_ONNX_STRING, 0)) && isnan(mn_onnx_value(f, MN_ONNX_COMPLEX64, 0)));
+    CHECK(isnan(mn_onnx_value(f, 999, 0)) && isnan(mn_onnx_value(f, MN_ONNX_UNDEFINED, 0)));
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--write-seeds") == 0) return write_seeds(argv[2]);
+    test_value();
     test_mlp(NULL);
     test_unsupported();
     test_hostile();

@@ -50,43 +50,6 @@ static void help_onnx(FILE *f) {
                "Inputs without a value get uniform values in [-1, 1) (floats) or zeros.\n");
 }
 
-static double elem(const void *data, int dt, int64_t k) {
-    const unsigned char *p = (const unsigned char *)data + (size_t)k * mn_onnx_dtype_size(dt);
-    switch (dt) {
-    case MN_ONNX_FLOAT: {
-        float v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    case MN_ONNX_DOUBLE: {
-        double v;
-        memcpy(&v, p, 8);
-        return v;
-    }
-    case MN_ONNX_INT64: {
-        int64_t v;
-        memcpy(&v, p, 8);
-        return (double)v;
-    }
-    case MN_ONNX_INT32: {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    case MN_ONNX_BOOL:
-    case MN_ONNX_UINT8: return *p;
-    case MN_ONNX_INT8: return (signed char)*p;
-    case MN_ONNX_FLOAT16: {
-        unsigned short h;
-        memcpy(&h, p, 2);
-        int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-        double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 1024, e - 25);
-        return s ? -v : v;
-    }
-    default: return NAN; /* other types are only compared bytewise */
-    }
-}
-
 static void print_shape(FILE *f, int rank, const int64_t *d) {
     fputc('[', f);
     for (int i = 0; i < rank; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)d[i]);
@@ -370,21 +333,21 @@ int cmd_onnx_run(int argc, char **argv) {
         print_shape(stdout, io.rank, io.shape);
         double lo = INFINITY, hi = -INFINITY, sum = 0;
         for (int64_t e = 0; e < n; e++) {
-            double x = elem(buf, io.onnx_dtype, e);
+            double x = mn_onnx_value(buf, io.onnx_dtype, e);
             lo = x < lo ? x : lo;
             hi = x > hi ? x : hi;
             sum += x;
         }
         printf("  min %.6g max %.6g mean %.6g%s\n       ", lo, hi, n ? sum / (double)n : 0.0,
                io.tensor == MN_NONE ? " (computed at import)" : "");
-        for (int64_t e = 0; e < n && e < 8; e++) printf(" %.6g", elem(buf, io.onnx_dtype, e));
+        for (int64_t e = 0; e < n && e < 8; e++) printf(" %.6g", mn_onnx_value(buf, io.onnx_dtype, e));
         printf("%s\n", n > 8 ? " ..." : "");
         if (k < nwant) {
             const mn_onnx_tensor *w = &want[k];
             bool ok = w->dtype == io.onnx_dtype && w->numel == n;
             int64_t bad = 0;
             for (int64_t e = 0; ok && e < n; e++) {
-                double x = elem(buf, io.onnx_dtype, e), y = elem(w->data, w->dtype, e);
+                double x = mn_onnx_value(buf, io.onnx_dtype, e), y = mn_onnx_value(w->data, w->dtype, e);
                 bool same = (x != x && y != y) || x == y || fabs(x - y) <= ATOL + RTOL * fabs(y);
                 if (x != x && y != y) same = true;
                 else if (y != y && io.onnx_dtype != MN_ONNX_FLOAT && io.onnx_dtype != MN_ONNX_DOUBLE &&

@@ -120,8 +120,7 @@ static void fail_msg(mn_onnx *m, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* element k of raw bytes of an ONNX dtype, as a double */
-static double raw_get(const void *data, int dt, int64_t k) {
+double mn_onnx_value(const void *data, int dt, int64_t k) {
     const uint8_t *p = (const uint8_t *)data + (size_t)k * mn_onnx_dtype_size(dt);
     switch (dt) {
     case MN_ONNX_FLOAT: {
@@ -182,7 +181,7 @@ static double raw_get(const void *data, int dt, int64_t k) {
         memcpy(&u, p, 8);
         return (double)u;
     }
-    default: return 0;
+    default: return NAN; /* string, complex, unknown */
     }
 }
 
@@ -198,7 +197,7 @@ static int64_t raw_get_i(const void *data, int dt, int64_t k) {
         memcpy(&u, p, 8);
         return u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)u;
     }
-    return ox_f2i(raw_get(data, dt, k));
+    return ox_f2i(mn_onnx_value(data, dt, k));
 }
 
 static const ox_io *find_io(const ox_io *list, int n, const char *name) {
@@ -251,7 +250,7 @@ mn_status mn_onnx_set_input(mn_onnx *m, mn_session *s, const char *name, const v
     } else {
         float *d = buf;
         for (int64_t k = 0; k < n; k++) {
-            double v = raw_get(data, io->onnx_dtype, k);
+            double v = mn_onnx_value(data, io->onnx_dtype, k);
             if (io->feed == OXF_BOOL) v = v != 0;
             d[k] = (float)v;
         }
@@ -1146,7 +1145,7 @@ static mn_status host_from_bytes(ox_host *h, int dt, int rank, const int64_t *di
         return MN_E_SHAPE;
     }
     for (int64_t k = 0; k < h->numel; k++) {
-        if (h->f) h->f[k] = ox_round_to(dt, raw_get(data, dt, k));
+        if (h->f) h->f[k] = ox_round_to(dt, mn_onnx_value(data, dt, k));
         else h->i[k] = raw_get_i(data, dt, k);
     }
     return MN_OK;
