@@ -1,7 +1,7 @@
 /* bench_build.c - how session building and checkpoints scale (never a unit test).
  *
  *   meganeura_bench_build [--nodes N] [--params N] [--ckpt N] [--dir PATH]
- *                         [--smollm N] [--backend cpu|vulkan]
+ *                         [--smollm N] [--shared-device] [--backend cpu|vulkan]
  *
  * Three workloads on the CPU backend, each printed as one JSON object per line:
  *   chain   a chain of --nodes (default 100000) small ops: matmul with one of
@@ -25,6 +25,10 @@
  *           first Vulkan build may compile kernels; later ones find the
  *           caches warm). The threads used for parameter initialisation
  *           (MEGANEURA_THREADS) are printed as given ("" = the CPU count).
+ *           --shared-device: one mn_device opened first (its time printed
+ *           apart) serves every build, as in an application that keeps its
+ *           device; else each build opens its own. MEGANEURA_PROFILE=1
+ *           prints each build's phases.
  * Results and the command line are recorded in docs/PERF.md ("Build and
  * checkpoint scaling"). Does not: measure kernels (bench.c does).
  */
@@ -170,7 +174,9 @@ static void bench_ckpt(int n, const char *dir) {
     mn_graph_destroy(g);
 }
 
-static void bench_smollm(int reps, mn_backend_kind backend) {
+/* shared: one device opened first and given to every session (what an
+ * application holding the device does); else each session opens its own */
+static void bench_smollm(int reps, mn_backend_kind backend, bool shared) {
     static const char cfg[] =
         "{\"vocab_size\":49152,\"hidden_size\":576,\"num_hidden_layers\":30,\"num_attention_heads\":9,"
         "\"num_key_value_heads\":3,\"intermediate_size\":1536,\"max_position_embeddings\":8192,"
@@ -187,14 +193,23 @@ static void bench_smollm(int reps, mn_backend_kind backend) {
     if (mn_llama_create(&m, g, &c, &lo)) die("mn_llama_create", mn_llama_error(m));
     double graph_ms = now_ms() - t0;
     const char *th = getenv("MEGANEURA_THREADS");
+    mn_device *dev = NULL;
+    double dev_ms = 0;
+    if (shared) {
+        t0 = now_ms();
+        if (mn_device_open(&dev, backend)) die("mn_device_open", "failed");
+        dev_ms = now_ms() - t0;
+    }
     printf("{\"bench\":\"smollm\",\"backend\":\"%s\",\"params\":%lld,\"threads\":\"%s\",\"graph_ms\":%.1f,"
-           "\"session_train_ms\":[",
-           backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)mn_llama_numel(m), th ? th : "", graph_ms);
+           "\"shared_device\":%s,\"device_open_ms\":%.1f,\"session_train_ms\":[",
+           backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)mn_llama_numel(m), th ? th : "", graph_ms,
+           shared ? "true" : "false", dev_ms);
     for (int r = 0; r < reps; r++) {
         mn_session_options o = mn_session_default_options();
         o.backend = backend;
         o.mode = MN_MODE_TRAINING;
         o.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
+        o.device = dev;
         mn_session *s = NULL;
         t0 = now_ms();
         if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
@@ -204,12 +219,14 @@ static void bench_smollm(int reps, mn_backend_kind backend) {
     }
     printf("]}\n");
     fflush(stdout);
+    mn_device_close(dev);
     mn_llama_destroy(m);
     mn_graph_destroy(g);
 }
 
 int main(int argc, char **argv) {
     int nodes = 100000, params = 60000, ckpt = 20000, smollm = 0;
+    bool shared = false;
     mn_backend_kind backend = MN_BACKEND_CPU;
     const char *dir = "/tmp";
     for (int i = 1; i < argc; i++) {
@@ -218,13 +235,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--smollm") && i + 1 < argc) smollm = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shared-device")) shared = true;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             backend = MN_BACKEND_CPU, i++;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc && !strcmp(argv[i + 1], "vulkan"))
             backend = MN_BACKEND_VULKAN, i++;
         else {
             fprintf(stderr, "usage: %s [--nodes N] [--params N] [--ckpt N] [--dir PATH] [--smollm N] "
-                    "[--backend cpu|vulkan] (0 skips a workload)\n",
+                    "[--shared-device] [--backend cpu|vulkan] (0 skips a workload)\n",
                     argv[0]);
             return 2;
         }
@@ -236,6 +254,6 @@ int main(int argc, char **argv) {
     if (nodes > 0) bench_chain(nodes < 16 ? 16 : nodes);
     if (params > 0) bench_params(params);
     if (ckpt > 0) bench_ckpt(ckpt, dir);
-    if (smollm > 0) bench_smollm(smollm, backend);
+    if (smollm > 0) bench_smollm(smollm, backend, shared);
     return 0;
 }

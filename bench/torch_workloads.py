@@ -9,7 +9,7 @@ expert with its flow-matching loss.
 Each workload is built with random weights (no hub access), timed as a train step
 (forward + backward + optimizer) and as inference, in strict f32 (TF32 off) and
 bf16 autocast; optionally torch.compile with its compile time. Prints JSON lines.
-  python3 bench/torch_workloads.py [--only a,b] [--modes f32] [--compile] [--runs N]
+  python3 bench/torch_workloads.py [--only a,b] [--modes f32] [--compile [--compile-mode M]] [--runs N]
 """
 import argparse, json, os, statistics, sys, time
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -140,7 +140,7 @@ def run(args):
             fwd_model = m
             ct = 0.0
             if args.compile:
-                t0 = time.perf_counter(); fwd_model = torch.compile(m)
+                t0 = time.perf_counter(); fwd_model = torch.compile(m, mode=args.compile_mode)
                 with ctx(): l = lossf(fwd_model, *inputs)
                 l.backward(); opt.zero_grad(set_to_none=True); sync(); ct = time.perf_counter() - t0
             def train():
@@ -152,7 +152,8 @@ def run(args):
             m.train(); tmed, tmin = timeit(train, args.warmup, args.runs)
             m.eval(); imed, imin = timeit(infer, args.warmup, args.runs)
             params = sum(p.numel() for p in m.parameters())
-            r = dict(workload=name, mode=mode, compiled=bool(args.compile), compile_s=round(ct, 2), params=params,
+            r = dict(workload=name, mode=mode, compiled=bool(args.compile), compile_mode=args.compile_mode if args.compile else "",
+                     compile_s=round(ct, 2), params=params,
                      train_ms_median=round(tmed, 3), train_ms_min=round(tmin, 3), infer_ms_median=round(imed, 3), infer_ms_min=round(imin, 3),
                      peak_mem_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1), torch=torch.__version__)
             print(json.dumps(r), flush=True); out.append(r)
@@ -174,6 +175,7 @@ def gemm(args):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--modes", default="f32,bf16"); ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"])
     ap.add_argument("--warmup", type=int, default=5); ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--only", default=""); ap.add_argument("--full", action="store_true"); ap.add_argument("--gemm", action="store_true")
     a = ap.parse_args()

@@ -3,6 +3,7 @@
 #include "core/common.h"
 
 #include <math.h>
+#include <time.h>
 #include <unistd.h>
 
 _Noreturn void mn_assert_fail(const char *cond, const char *file, int line) {
@@ -151,4 +152,10 @@ uint64_t mn_hash_str(const char *s) {
         h *= 0x100000001b3ull;
     }
     return h;
+}
+
+double mn_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }

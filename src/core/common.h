@@ -85,4 +85,7 @@ void mn_ctr_normal2(uint64_t key, uint64_t p, float z[2]);
  * the online CPUs capped at 32. */
 int mn_thread_count(void);
 
+/* Monotonic clock, microseconds. */
+double mn_now_us(void);
+
 #endif

@@ -88,11 +88,7 @@ struct session_dist {
     double wait_s, copy_s;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return mn_now_us() * 1e-6; }
 
 static int32_t storage_root(const mn_graph *g, int32_t id) {
     while (op_has(g->nodes[id].op, OPF_VIEW)) id = g->nodes[id].in[0];

@@ -170,14 +170,19 @@ static mn_status write_random(mn_session *s, init_job *jobs, int n) {
                 return MN_E_NOMEM;
             }
         }
+        double t0 = mn_now_us();
         gen_batch(jobs + k, e - k, total, buf, nthreads);
+        double t1 = mn_now_us();
         for (; k < e && !st; k++) st = session_write_f32(s, jobs[k].id, buf + jobs[k].first, (size_t)jobs[k].count);
+        s->phase_ms[6] += (t1 - t0) / 1e3;
+        s->phase_ms[7] += (mn_now_us() - t1) / 1e3;
     }
     free(buf);
     return st;
 }
 
 mn_status session_init_values(mn_session *s) {
+    const double t0 = mn_now_us();
     const mn_graph *g = s->g;
     init_job *jobs = malloc(((size_t)g->n + 1) * sizeof *jobs);
     if (!jobs) {
@@ -214,6 +219,7 @@ mn_status session_init_values(mn_session *s) {
             }
         }
     }
+    s->phase_ms[7] += (mn_now_us() - t0) / 1e3; /* fills */
     if (!st) st = write_random(s, jobs, njobs);
     free(jobs);
     return st;

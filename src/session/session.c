@@ -186,8 +186,20 @@ static mn_status parallel_regions(const mn_session *s, memplan_parallel **par, i
     return MN_OK;
 }
 
+static void print_phases(const mn_session *s, double total_ms) {
+    const char *pe = getenv("MEGANEURA_PROFILE");
+    if (!pe || !*pe || !strcmp(pe, "0")) return;
+    const double *ph = s->phase_ms;
+    fprintf(stderr, "meganeura session build %.1f ms: graph passes %.1f, schedule %.1f, device open %.1f, "
+            "kernel groups %.1f, memory plan %.1f, backend %.1f, parameters computed %.1f, written %.1f\n",
+            total_ms, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7]);
+}
+
 static mn_status build(mn_session *s, const mn_graph *user) {
     mn_status st;
+    const double t_start = mn_now_us();
+    double tp = t_start;
+#define PHASE(k) (s->phase_ms[k] += (mn_now_us() - tp) / 1e3, tp = mn_now_us())
     const mn_session_options *o = &s->opt;
     bool training = o->mode == MN_MODE_TRAINING;
     if (o->mode != MN_MODE_TRAINING && o->mode != MN_MODE_INFERENCE)
@@ -271,13 +283,16 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (s->iopt.grads_only && s->grads) /* keep gradients readable: pin them like outputs */
         for (int32_t i = 0; i < s->nuser; i++)
             if (g->nodes[i].op == OP_PARAM && s->grads[i] != MN_NONE) g->nodes[s->grads[i]].flags |= NODE_F_OUTPUT;
+    PHASE(0);
     st = schedule_build(&s->sched, g, live, fwd);
+    PHASE(1);
     /* the device first (the session's own when none is shared): its limit
      * on one binding is the memory plan's chunk size and bounds the
      * multi-tensor kernels' regions */
     const bool plan_only = s->iopt.plan_only;
     if (!st && !plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
         fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    PHASE(2);
     const uint64_t chunk = st ? 0 : plan_only ? s->iopt.plan_chunk
                            : s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
     if (!st) {
@@ -290,6 +305,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
             st = kir_build(&s->kernels, g, &s->sched, &ko);
         }
     }
+    PHASE(3);
     memplan_parallel *par = NULL;
     int32_t *lanes = NULL;
     if (!st && (st = parallel_regions(s, &par, &lanes))) fail(s, st, "session: out of memory");
@@ -302,6 +318,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     free(lanes);
     free(live);
     free(fwd);
+    PHASE(4);
     if (st) return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     if (plan_only) {
         dump_env(s);
@@ -316,11 +333,14 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (s->iopt.f64 && o->backend != MN_BACKEND_CPU)
         return fail(s, MN_E_UNSUPPORTED, "session: f64 mode exists on the cpu backend only");
     if ((st = s->be->create(&s->bk, &s->prog, s->err, sizeof s->err))) return st;
-    if ((st = session_init_values(s))) return st;
+    PHASE(5);
+    if ((st = session_init_values(s))) return st; /* phases 6 and 7 */
     if (!s->iopt.grads_only && (st = session_dist_build(s)))
         return st == MN_E_NOMEM && !s->err[0] ? fail(s, st, "session: out of memory") : st;
     dump_env(s);
+    print_phases(s, (mn_now_us() - t_start) / 1e3);
     return MN_OK;
+#undef PHASE
 }
 
 mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_session_options *opt,

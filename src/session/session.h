@@ -59,6 +59,11 @@ void session_subsets_free(mn_session *s);
 
 struct mn_session {
     char err[512];
+    /* host time of the build phases, ms (MEGANEURA_PROFILE prints them):
+     * graph passes (copy, autodiff, optimizer, liveness), schedule, device
+     * open, kernel groups, memory plan, backend, parameter values computed,
+     * values written (and buffers filled) */
+    double phase_ms[8];
     bool dead; /* creation failed or the backend lost its device */
     mn_session_options opt;
     session_internal_options iopt;

@@ -44,7 +44,6 @@
 #include "backend/vulkan/vk_backend_impl.h"
 #include "meganeura_vulkan.h"
 
-static double now_us(void);
 
 mn_status vkb_fail(vkb *b, VkResult r, const char *call, char *err, size_t cap) {
     if (r == VK_ERROR_DEVICE_LOST) b->lost = true;
@@ -132,7 +131,9 @@ static mn_status record(vkb *b, recorded *rc, char *err, size_t cap) {
         int32_t id = rc->list[i];
         const node_rt *rt = &b->rt[id];
         if (rt->pipe < 0) continue;
+        rc->ndispatch++;
         if (bar[i]) {
+            rc->nbarrier++;
             /* read after write / write after read / write after write between dispatches */
             barrier(b, FAULT_DISPATCH, cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                     VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -194,18 +195,18 @@ static mn_status wait_fence(vkb *b, double t1, char *err, size_t cap) {
      * 2 ms (as CUDA's default synchronisation spins) so the latency does not
      * depend on how the driver decides to sleep, then block. Not on a CPU
      * device (lavapipe), whose workers need the cores a spin would take. */
-    double until = now_us() + (b->c.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0.0 : 2000.0);
+    double until = mn_now_us() + (b->c.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0.0 : 2000.0);
     for (;;) {
         VkResult r = vkGetFenceStatus(b->c.device, b->fence);
         if (r == VK_SUCCESS) {
-            if (b->profile) b->host_wait_us += now_us() - t1;
+            if (b->profile) b->host_wait_us += mn_now_us() - t1;
             return MN_OK;
         }
         if (r != VK_NOT_READY) return vkb_fail(b, r, "vkGetFenceStatus", err, cap);
-        if (now_us() > until) break;
+        if (mn_now_us() > until) break;
     }
     VKCHECK(vkWaitForFences(b->c.device, 1, &b->fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
-    if (b->profile) b->host_wait_us += now_us() - t1;
+    if (b->profile) b->host_wait_us += mn_now_us() - t1;
     return MN_OK;
 }
 
@@ -214,7 +215,7 @@ static mn_status wait_fence(vkb *b, double t1, char *err, size_t cap) {
 static mn_status settle(vkb *b, char *err, size_t cap) {
     if (!b->inflight) return MN_OK;
     b->inflight = false;
-    return wait_fence(b, now_us(), err, cap);
+    return wait_fence(b, mn_now_us(), err, cap);
 }
 
 /* Submits cbs on the session's queue with the host's semaphores (sub, may
@@ -247,9 +248,9 @@ static mn_status submit_sync(vkb *b, VkCommandBuffer *cbs, uint32_t n, const mn_
     VKCHECK(vkResetFences(b->c.device, 1, &b->fence), "vkResetFences");
     if (b->fault_submits > 0 && --b->fault_submits == 0)
         return vkb_fail(b, VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected fault)", err, cap);
-    double t0 = b->profile ? now_us() : 0;
+    double t0 = b->profile ? mn_now_us() : 0;
     VKCHECK(vkQueueSubmit(b->c.queue, 1, &si, b->fence), "vkQueueSubmit");
-    double t1 = b->profile ? now_us() : 0;
+    double t1 = b->profile ? mn_now_us() : 0;
     b->host_submit_us += t1 - t0;
     if (sub && sub->no_wait) {
         b->inflight = true;
@@ -365,9 +366,9 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
         VkDeviceSize page = b->chunk - (s->offset + done) % b->chunk;
         if (chunk > room) chunk = room;
         if (chunk > page) chunk = (size_t)page;
-        double t0 = b->profile ? now_us() : 0;
+        double t0 = b->profile ? mn_now_us() : 0;
         memcpy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
-        if (b->profile) b->host_copy_us += now_us() - t0;
+        if (b->profile) b->host_copy_us += mn_now_us() - t0;
         b->pending[b->npending] = (VkBufferCopy){b->staging_used, s->offset + done, chunk};
         b->pending_arena[b->npending++] = s->arena;
         b->staging_used = (b->staging_used + chunk + 15) & ~(VkDeviceSize)15;
@@ -456,11 +457,6 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
     return MN_OK;
 }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static void collect_profile(vkb *b, const recorded *rc) {
     if (!rc->nqueries) return;
@@ -480,8 +476,9 @@ static void collect_profile(vkb *b, const recorded *rc) {
             if (b->trace) {
                 double start = base + (double)(ts[q] - ts[0]) * period / 1e3;
                 fprintf(b->trace, "%s{\"name\":\"%s\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                        "\"pid\":1,\"tid\":1,\"args\":{\"node\":%d}}",
-                        b->trace_first ? "" : ",\n", op_table[b->p->g->nodes[id].op].name, start, ns / 1e3, id);
+                        "\"pid\":1,\"tid\":1,\"args\":{\"node\":%d,\"execute\":%llu}}",
+                        b->trace_first ? "" : ",\n", op_table[b->p->g->nodes[id].op].name, start, ns / 1e3, id,
+                        (unsigned long long)b->executes);
                 b->trace_first = false;
             }
             q += 2;
@@ -511,14 +508,14 @@ static mn_status execute_sync(vkb *b, const int32_t *list, int32_t n, const mn_v
     VkCommandBuffer cbs[2];
     uint32_t ncb = 0;
     if (b->npending) {
-        double t0 = b->profile ? now_us() : 0;
+        double t0 = b->profile ? mn_now_us() : 0;
         if ((st = record_uploads(b, err, cap))) return st;
-        if (b->profile) b->host_record_us += now_us() - t0;
+        if (b->profile) b->host_record_us += mn_now_us() - t0;
         cbs[ncb++] = b->upload_cb;
     }
     b->executes++;
     cbs[ncb++] = rc->cb;
-    b->trace_clock_us = now_us();
+    b->trace_clock_us = mn_now_us();
     st = submit_sync(b, cbs, ncb, sub, err, cap);
     b->npending = 0;
     b->staging_used = 0;
@@ -653,6 +650,13 @@ static void print_profile(vkb *b) {
     fprintf(stderr, "  session build %.1f ms (%d kernels compiled, %d from the cache, %d from the bundle%s)\n",
             b->build_ms, b->kernels_compiled, b->kernels_cached, b->kernels_bundled,
             b->bundle_pipelines ? ", with its pipeline cache" : "");
+    for (int i = 0; i < b->nrec; i++)
+        fprintf(stderr, "  command buffer %d: %u dispatches, %u barriers between them\n", i, b->rec[i].ndispatch,
+                b->rec[i].nbarrier);
+    const double *ph = b->phase_ms;
+    fprintf(stderr, "  backend build phases, ms: context %.1f, arenas %.1f, layouts %.1f, pipeline cache %.1f, "
+            "kernel sources %.1f, compiles and pipelines %.1f, descriptor sets %.1f, constants %.1f\n",
+            ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7]);
     if (b->executes) {
         double n = (double)b->executes;
         fprintf(stderr, "  host per execute: staging copies %.1f us, upload recording %.1f us, submit %.1f us, "
@@ -731,20 +735,24 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
         mn_fmt(err, cap, "vulkan: the f64 mode exists on the cpu backend only");
         return MN_E_UNSUPPORTED;
     }
-    double t0 = now_us();
+    double t0 = mn_now_us();
     vkb *b = calloc(1, sizeof *b);
     if (!b) return MN_E_NOMEM;
     b->p = p;
     b->rt = calloc((size_t)p->g->n + 1, sizeof *b->rt);
     b->prof = calloc((size_t)p->g->n + 1, sizeof *b->prof);
     mn_status st = b->rt && b->prof ? MN_OK : MN_E_NOMEM;
+    double tp = t0;
+#define PHASE(k) (b->phase_ms[k] += (mn_now_us() - tp) / 1e3, tp = mn_now_us())
     if (!st && p->device) {
         b->c = *(const vk_ctx *)p->device; /* shared: the device outlives this session */
     } else if (!st) {
         st = vk_ctx_create(&b->c, err, cap);
         b->owns_ctx = true;
     }
+    PHASE(0);
     if (!st) st = vkb_make_arenas(b, err, cap);
+    PHASE(1);
     if (!st) st = vkb_make_layout(b, err, cap);
     if (!st) {
         VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
@@ -782,12 +790,16 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
             else fprintf(b->trace, "{\"traceEvents\":[\n"), b->trace_first = true;
         }
     }
+    PHASE(2);
     if (!st) {
         vkb_pcache_load(b);
         vkb_bundle_pipelines(b);
-        st = vkb_build_kernels(b, err, cap);
+        PHASE(3);
+        st = vkb_build_kernels(b, err, cap); /* phases 4 and 5 */
+        tp = mn_now_us();
     }
     if (!st) st = vkb_make_sets(b, err, cap);
+    PHASE(6);
     /* constants live in the io arena: upload them once */
     for (int32_t i = 0; !st && i < p->g->n; i++) {
         const node *n = &p->g->nodes[i];
@@ -795,7 +807,9 @@ static mn_status vkb_create(void **out, const program *p, char *err, size_t cap)
             st = vkb_write(b, i, n->data, (size_t)node_numel(n) * 4, err, cap);
     }
     if (!st) st = flush_uploads(b, err, cap);
-    b->build_ms = (now_us() - t0) / 1e3;
+    PHASE(7);
+#undef PHASE
+    b->build_ms = (mn_now_us() - t0) / 1e3;
     if (st) {
         vkb_destroy(b);
         return st;

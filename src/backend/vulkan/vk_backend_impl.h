@@ -75,6 +75,7 @@ typedef struct recorded {
     int32_t n;
     VkCommandBuffer cb;
     uint32_t nqueries;
+    uint32_t ndispatch, nbarrier; /* what it records (MEGANEURA_PROFILE prints them) */
     uint8_t rb_mask; /* readback nodes (program.readback) copied to the host at its end */
 } recorded;
 
@@ -144,6 +145,10 @@ typedef struct vkb {
     double trace_clock_us;
     bool trace_first;
     double build_ms;
+    /* host time per build phase, ms (MEGANEURA_PROFILE prints them):
+     * context, arenas, layouts + command pool, pipeline cache load, kernel
+     * sources, compiles + pipelines, descriptor sets, constants */
+    double phase_ms[8];
     int kernels_compiled, kernels_cached, kernels_bundled;
     bool bundle_pipelines; /* program.kernels' pipeline-cache data went into pcache */
     /* host time per phase of execute (MEGANEURA_PROFILE): staging copies,

@@ -42,7 +42,13 @@ typedef struct gemm_cfg {
  * 31.0); below that 128x64 with 8-deep slices (25.8 at 4096x576x1536 against
  * 20.2 for 128x128 and 22.7 for 128x64x16); 64x64 around 100-200 tiles
  * (15.8 at 512x1536x576); 32x32 tiles with K splits on small grids (18 at
- * 512^3 against 7 for 128x64). */
+ * 512^3 against 7 for 128x64). Judge a change by the models, not by
+ * bench_gemm alone: its repetitions are independent products that run
+ * concurrently, so at small sizes it measures throughput. A table that
+ * took 128x64 tiles down to 24 workgroups (their best there: 29.5 against
+ * 20.5 TFLOP/s at 512x576 @ 576x576) made the SmolLM2 prefill of 512
+ * tokens 9.3 -> 12.0 ms and ResNet-50 batch-1 inference 1.6 -> 4.4 ms
+ * (docs/PERF.md, 2026-12-02 fourth lease). */
 static const struct {
     gemm_cfg cfg;
     uint64_t min_tiles;
@@ -85,17 +91,21 @@ static bool gemm_fits(const gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
 /* Picks the tile for an M x N x K product repeated `batch` times: the first
  * configuration that fits the device and gets its minimum of workgroups;
  * K splits for the last one when its grid is small and K long. */
-/* MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn (a tuning knob for benchmarks, not
- * for production): every GEMM that the tile fits uses it, without K splits.
- * Anything malformed or not fitting the device is ignored. */
+/* MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn[,ks] (a tuning knob for benchmarks,
+ * not for production): every GEMM that the tile fits uses it, with ks K
+ * splits (default 1). Anything malformed or not fitting the device is
+ * ignored. */
 static bool gemm_env_tile(gemm_cfg *c, uint32_t smem, uint32_t maxinv) {
     const char *v = getenv("MEGANEURA_VK_GEMM_TILE");
-    unsigned bm, bn, bk, tm, tn;
+    unsigned bm, bn, bk, tm, tn, ks = 1;
     char tail;
-    if (!v || sscanf(v, "%u,%u,%u,%u,%u%c", &bm, &bn, &bk, &tm, &tn, &tail) != 5) return false;
-    if (!bm || !bn || !bk || tm % 4 || tn % 4 || !tm || !tn || bm % tm || bn % tn || bm > 512 || bn > 512 || bk > 64)
+    if (!v) return false;
+    const int got = sscanf(v, "%u,%u,%u,%u,%u,%u%c", &bm, &bn, &bk, &tm, &tn, &ks, &tail);
+    if (got != 5 && got != 6) return false;
+    if (!bm || !bn || !bk || tm % 4 || tn % 4 || !tm || !tn || bm % tm || bn % tn || bm > 512 || bn > 512 || bk > 64 ||
+        !ks || ks > GEMM_SPLIT_MAX || (ks & (ks - 1)))
         return false;
-    gemm_cfg t = {bm, bn, bk, tm, tn, 1};
+    gemm_cfg t = {bm, bn, bk, tm, tn, ks};
     if (!gemm_fits(&t, smem, maxinv)) return false;
     *c = t;
     return true;

@@ -330,6 +330,7 @@ static mn_status grad_regions(const program *p, int32_t **region_of, int32_t **f
 }
 
 mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
+    const double t0 = mn_now_us();
     const program *p = b->p;
     const char *dump = getenv("MEGANEURA_DUMP");
     bool dump_glsl = dump && strstr(dump, "glsl");
@@ -440,7 +441,10 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
     }
     vk_kernel_clear(k);
     free(k);
+    const double t1 = mn_now_us();
+    b->phase_ms[4] += (t1 - t0) / 1e3;
     if (!st && njobs) make_kernels(b, jobs, njobs);
+    b->phase_ms[5] += (mn_now_us() - t1) / 1e3;
     /* the first failure in schedule order is the one reported; every
      * pipeline made goes to b->pipes (destroyed with the backend) */
     for (int32_t i = 0; i < njobs; i++) {
