@@ -11,7 +11,9 @@
  * outputs (never folded: the user reads them), and sums and means of
  * pointwise chains (the reductions compute them) with a broadcast of a
  * scaled sum (the broadcast takes the scale), and inference batch norm +
- * relu as the epilogue of a direct and of an implicit-GEMM convolution.
+ * relu as the epilogue of a direct and of an implicit-GEMM convolution;
+ * the permutes around attention folded into rope, kv_append and the
+ * attention's own kernel (tile and row kernels).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -176,6 +178,83 @@ static void test_llama_decode(const mn_llama_config *cfg, mn_device *dev) {
     CHECK_MSG(memcmp(fused, plain, sizeof fused) == 0, "decoded tokens differ fused/unfused");
     CHECK_MSG(memcmp(fused, cpu, sizeof fused) == 0, "decoded tokens differ from the CPU's");
     CHECK_MSG(kf > 0 && kf < kp, "decode kernels: fused %d unfused %d", kf, kp);
+}
+
+/* ---- head-layout folds (kir.h KIR_HEADS_IN / KIR_HEADS_OUT) ------------- */
+
+/* Logits after a prefill of np tokens and after one decoding step, on a
+ * DECODE graph of seq_len T (max_seq 64); the kernel dump into dump. */
+static bool heads_run(float *logits, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev, int64_t T,
+                      int64_t np, char **dump) {
+    mn_graph *g = NULL;
+    mn_llama *m = NULL;
+    mn_session *s = NULL;
+    bool ok = false;
+    if (mn_graph_create(&g) != MN_OK) return false;
+    mn_llama_options o = mn_llama_default_options();
+    o.kind = MN_LLAMA_DECODE;
+    o.batch = 1;
+    o.seq_len = T;
+    o.max_seq = 64;
+    o.decode_step = T > 1;
+    CHECK_OK(mn_llama_create(&m, g, cfg, &o), mn_llama_error(m));
+    if (m && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+        int32_t toks[64];
+        for (int i = 0; i < 64; i++) toks[i] = (int32_t)((i * 37 + 11) % cfg->vocab_size);
+        const size_t V = (size_t)cfg->vocab_size;
+        ok = mn_llama_decode(m, s, toks, np, 0, logits) == MN_OK &&
+             mn_llama_decode(m, s, toks + np, 1, np, logits + V) == MN_OK;
+        CHECK_MSG(ok, "decode: %s", mn_llama_error(m));
+        size_t len = 0;
+        FILE *f = dump ? open_memstream(dump, &len) : NULL;
+        if (f) {
+            mn_session_dump(s, "kernels", f);
+            fclose(f);
+        }
+    }
+    mn_session_destroy(s);
+    mn_llama_destroy(m);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+/* The permutes around attention fold into rope, kv_append and the
+ * attention (tile kernel at 24 query rows, row kernel at 4 and with
+ * MEGANEURA_ATTN=rows): the same bits as unfused, the CPU's logits. */
+static void test_heads_folds(const mn_llama_config *cfg, mn_device *dev) {
+    static const struct {
+        int64_t T, np;
+        const char *attn;
+    } cases[] = {{24, 21, NULL}, {4, 3, NULL}, {24, 24, "rows"}};
+    const size_t V = (size_t)cfg->vocab_size;
+    float *cpu = malloc(2 * V * sizeof *cpu), *fused = malloc(2 * V * sizeof *fused),
+          *plain = malloc(2 * V * sizeof *plain);
+    CHECK(cpu && fused && plain);
+    for (size_t c = 0; cpu && fused && plain && c < sizeof cases / sizeof cases[0]; c++) {
+        if (cases[c].attn) setenv("MEGANEURA_ATTN", cases[c].attn, 1);
+        char *dump = NULL;
+        set_fusion(true);
+        bool ok = heads_run(cpu, cfg, MN_BACKEND_CPU, NULL, cases[c].T, cases[c].np, NULL) &&
+                  heads_run(fused, cfg, MN_BACKEND_VULKAN, dev, cases[c].T, cases[c].np, &dump);
+        set_fusion(false);
+        ok = ok && heads_run(plain, cfg, MN_BACKEND_VULKAN, dev, cases[c].T, cases[c].np, NULL);
+        set_fusion(true);
+        unsetenv("MEGANEURA_ATTN");
+        CHECK_MSG(ok, "heads case %zu did not run", c);
+        if (!ok) {
+            free(dump);
+            continue;
+        }
+        CHECK_MSG(dump && strstr(dump, "rope: ") && strstr(dump, "permute -> ") && strstr(dump, "attention -> "),
+                  "case %zu: no head-layout folds in the kernel dump:\n%s", c, dump ? dump : "");
+        CHECK_MSG(same_bits(fused, plain, 2 * V), "case %zu: folded and unfused logits differ", c);
+        const double e = lu_rel_l2(fused, cpu, 2 * V);
+        CHECK_MSG(e <= 1e-5, "case %zu: logits rel L2 %.3g from the CPU", c, e);
+        free(dump);
+    }
+    free(cpu);
+    free(fused);
+    free(plain);
 }
 
 /* Feeds inputs "x" and "t" (n values each, deterministic) and runs steps
@@ -633,6 +712,7 @@ int main(void) {
         if (!st) {
             test_llama_train(&cfg, dev);
             test_llama_decode(&cfg, dev);
+            test_heads_folds(&cfg, dev);
         }
         test_conv_block(dev);
         test_mlp_epilogues(dev);

@@ -200,6 +200,70 @@ static int32_t storage_root(const mn_graph *g, int32_t id) {
     return id;
 }
 
+/* ---- head-layout folds ----------------------------------------------------- */
+
+int kir_heads_input(op_id op) { return op == OP_ROPE ? 0 : op == OP_KV_APPEND ? 1 : -1; }
+
+/* The permute (0, 2, 1, 3) of a rank-4 f32 tensor. */
+static bool heads_permute(const node *n) {
+    if (n->op != OP_PERMUTE || n->rank != 4 || n->dtype != MN_F32) return false;
+    static const int64_t want[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++)
+        if (permute_axis(n, i) != want[i]) return false;
+    return true;
+}
+
+/* Member m may fold into root r: m's own kernel until now, used by r
+ * alone, not pinned for the user, small enough for one binding, and no
+ * node scheduled between them writes the storage of `late` (the tensor
+ * whose read moves to r's position) in place. */
+static bool heads_foldable(const kir *k, const mn_graph *g, const schedule *s, const int32_t *pos, const int32_t *nuse,
+                           const int32_t *user, int32_t m, int32_t r, int32_t late, uint64_t max_bytes) {
+    const node *mn = &g->nodes[m];
+    if (pos[m] < 0 || pos[r] <= pos[m] || k->root[m] != m || k->root[r] != r || k->kind[r] != KIR_SINGLE) return false;
+    if (nuse[m] != 1 || user[m] != r || (mn->flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ | NODE_F_SYNC)))
+        return false;
+    if (node_bytes(mn, 4) > max_bytes) return false;
+    const int32_t home = storage_root(g, late);
+    for (int32_t t = pos[m] + 1; t < pos[r]; t++) {
+        const node *w = &g->nodes[s->order[t]];
+        for (int i = 0; i < w->nin; i++)
+            if (op_writes_input(w->op, i) && storage_root(g, w->in[i]) == home) return false;
+    }
+    return true;
+}
+
+static void heads_pass(kir *k, const mn_graph *g, const schedule *s, const kir_options *o, const int32_t *pos,
+                       const int32_t *nuse, const int32_t *user) {
+    const uint64_t max_bytes = o->multi_bytes ? o->multi_bytes : (uint64_t)1 << 31;
+    for (int32_t t = 0; t < s->n; t++) {
+        const int32_t id = s->order[t];
+        const node *n = &g->nodes[id];
+        const int in = kir_heads_input(n->op);
+        if (in >= 0 && in < n->nin && n->dtype == MN_F32) { /* permute -> rope / kv_append */
+            const int32_t m = n->in[in];
+            if (heads_permute(&g->nodes[m]) &&
+                heads_foldable(k, g, s, pos, nuse, user, m, id, g->nodes[m].in[0], max_bytes)) {
+                k->root[m] = id;
+                k->kind[id] = KIR_HEADS_IN;
+                k->fused++;
+            }
+        } else if (heads_permute(n) && g->nodes[n->in[0]].op == OP_ATTENTION) { /* attention -> permute */
+            const int32_t m = n->in[0];
+            const node *a = &g->nodes[m];
+            bool ok = a->dtype == MN_F32 && a->rank == 4;
+            /* the attention's reads move to the permute's position */
+            for (int i = 0; ok && i < a->nin; i++)
+                ok = heads_foldable(k, g, s, pos, nuse, user, m, id, a->in[i], max_bytes);
+            if (ok) {
+                k->root[m] = id;
+                k->kind[id] = KIR_HEADS_OUT;
+                k->fused++;
+            }
+        }
+    }
+}
+
 static bool is_update(op_id op) { return op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE; }
 
 /* State of the multi pass. */
@@ -517,6 +581,7 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
             if (gr[r].reduce) k->kind[r] = KIR_REDUCE;
         }
     }
+    if (o->fuse_matmul) heads_pass(k, g, s, o, pos, nuse, user);
     if (o->fuse_multi && (st = multi_pass(k, g, s, o, pos, nuse, user, writers))) goto done;
     k->kernels = s->n - views - k->fused;
     if (k->fused) {

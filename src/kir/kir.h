@@ -35,6 +35,15 @@
  * partial sum straight into the concatenation, reading the gradients
  * through their regions (at most KIR_MAX_INPUTS of them).
  *
+ * Head-layout folds (with fuse_matmul): the permute (0, 2, 1, 3) that takes
+ * a projection's [B, T, H, D] to the heads' [B, H, T, D] is folded into
+ * the rope or kv_append that is its one consumer (KIR_HEADS_IN: the kernel
+ * reads the product's storage at the permuted index), and the permute that
+ * takes an attention's output back is the attention's own kernel
+ * (KIR_HEADS_OUT: the attention writes [B, T, H, D]). Only when the
+ * permuted tensor fits one binding (multi_bytes) and nothing between the
+ * two writes the storage that is read late.
+ *
  * The pass regroups the schedule so that each group's
  * members run contiguously right before their root (a dependency order:
  * members feed only their group), and refuses to move a member past a node
@@ -68,7 +77,13 @@ typedef enum kir_kind {
     KIR_SINGLE = 0,   /* the node alone, or a pointwise group (a matmul with its epilogue) */
     KIR_REDUCE,       /* a sum, mean or reduce_to whose input its pointwise members compute */
     KIR_MULTI_UPDATE, /* optimizer updates of several parameters over parallel regions */
-    KIR_MULTI_SUMSQ   /* a concat tree of gradients' block sums of squares */
+    KIR_MULTI_SUMSQ,  /* a concat tree of gradients' block sums of squares */
+    /* head-layout folds (fuse_matmul): a permute (0, 2, 1, 3) of a rank-4
+     * tensor between a [B, T, H, D] product and the heads' [B, H, T, D]
+     * ops, or back, computed by the kernel next to it instead of a
+     * dispatch of its own */
+    KIR_HEADS_IN,  /* a rope or kv_append reading its input (kir_heads_input) through its folded permute */
+    KIR_HEADS_OUT  /* a permute whose folded attention writes its output in the permute's layout */
 } kir_kind;
 
 /* A multi-update kernel: its updates (members, then the root) in order. */
@@ -123,6 +138,9 @@ bool kir_op_pointwise(op_id op);
 /* The ops whose kernels run a fused group as their epilogue (MM_EPILOGUE):
  * matmul, conv2d, conv2d_bwd_input, the row normalisations and their dx. */
 bool kir_epilogue_producer(op_id op);
+/* The input a KIR_HEADS_IN root reads through its folded permute: 0 for
+ * rope, 1 (the new rows) for kv_append; -1 for other ops. */
+int kir_heads_input(op_id op);
 /* A scalar f32 constant, which the members of a fused pointwise group read
  * as a literal (no binding). */
 bool kir_literal_input(const mn_graph *g, int32_t id);

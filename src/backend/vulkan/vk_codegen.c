@@ -174,14 +174,18 @@ void vk_kernel_clear(vk_kernel *k) {
     memset(k, 0, sizeof *k);
 }
 
-mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
-                          char *err, size_t cap) {
+static mn_status codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *given, int heads_in,
+                              bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
     const node *n = &g->nodes[id];
     memset(k, 0, sizeof *k); /* k->code of an earlier kernel is its owner's to free (vk_kernel_clear) */
+    k->heads_in = heads_in;
+    k->heads_out = heads_out;
     /* 32-bit index arithmetic unless an operand has more than index_max
      * elements (the one check of that limit) */
     int32_t opnd[1 + NODE_MAX_IN] = {id};
     for (int i = 0; i < n->nin; i++) opnd[1 + i] = n->in[i];
+    if (given)
+        for (int i = 0; i <= n->nin; i++) opnd[i] = given[i];
     mn_status st0 = op_has(n->op, OPF_SOURCE) || n->op == OP_RESHAPE
                         ? MN_OK /* nothing dispatched, nothing indexed */
                         : vk_index_width(k, g, id, opnd, 1 + n->nin, caps, err, cap);
@@ -194,7 +198,7 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
         snprintf(nm, sizeof nm, "X%d_ACCESS", i);
         vk_def(k, nm, "%s", vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
-        vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[n->in[i]]));
+        vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[opnd[1 + i]]));
     }
     if ((st0 = vk_paged_defines(k, g, opnd, 1 + n->nin, mp, caps, err, cap))) return st0;
     mn_status st = gen_table[n->op](k, g, n, caps, err, cap);
@@ -204,6 +208,16 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
         return MN_E_UNSUPPORTED;
     }
     return MN_OK;
+}
+
+mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
+                          char *err, size_t cap) {
+    return codegen_node(k, g, id, NULL, 0, false, mp, caps, err, cap);
+}
+
+mn_status vk_codegen_heads(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
+                           bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
+    return codegen_node(k, g, id, opnd, heads_in, heads_out, mp, caps, err, cap);
 }
 
 /* The generator alone: the caller set k's index width (vk_index_width) for

@@ -123,6 +123,13 @@ typedef struct vk_kernel {
      * Generators zero k first: its owner frees code before that
      * (vk_kernel_clear). */
     char *code;
+    /* head-layout folds (kir.h KIR_HEADS_IN / KIR_HEADS_OUT), read by the
+     * rope, kv_append and attention generators: input heads_in - 1 (0:
+     * none) is bound as the [B, T, H, D] tensor that its logical
+     * [B, H, T, D] permutes; heads_out: the [B, H, T, D] result is stored
+     * as [B, T, H, D] */
+    int heads_in;
+    bool heads_out;
 } vk_kernel;
 
 /* Frees k->code and zeroes k. */
@@ -177,6 +184,11 @@ void vk_float_literal(char *out, size_t cap, float v);
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap);
+/* vk_codegen_node for a head-layout fold (kir.h): opnd[0] the tensor the
+ * kernel stores, opnd[1 + i] what it binds as node id's input i; heads_in
+ * and heads_out as in vk_kernel. */
+mn_status vk_codegen_heads(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
+                           bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
 /* Only node id's generator (vkgen_<op>), into k as it is: no buffer
  * defines (a fused kernel's caller writes its own). */
 mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap);

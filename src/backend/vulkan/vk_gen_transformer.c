@@ -123,6 +123,9 @@ mn_status vkgen_rope(vk_kernel *k, const mn_graph *g, const node *n, const vk_ca
     vk_def(k, "RP_OFF", "%lld", (long long)ra.offset);
     vk_def(k, "RP_INVERSE", "%d", ra.inverse != 0);
     vk_def(k, "RP_HAS_POS", "%d", n->nin > 1);
+    /* a folded permute (0, 2, 1, 3): x [B, H, T, Dh] read from its [B, T, H, Dh] input */
+    vk_def(k, "RP_SRC_BTHD", "%d", k->heads_in == 1 ? 1 : 0);
+    vk_def_u(k, "RP_H", k->heads_in == 1 ? (uint64_t)x->shape[1] : 1u);
     if (n->nin > 1) tr_def_pos(k, "RP_POS", 1);
     for (int part = 0; part < 2; part++) {
         char line[64];
@@ -519,6 +522,8 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     at_knobs kn;
     if ((st = at_knobs_read(&kn, g, n, err, cap))) return st;
     const at_geom a = at_geom_of(g, n, op);
+    /* a folded permute (0, 2, 1, 3) after the forward: rows stored as [B, Tq, Hq, D] */
+    vk_def(k, "AT_OUT_BTHD", "%d", op == AT_FWD && k->heads_out ? 1 : 0);
     const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
     /* the tile kernel indexes in 32 bits: 64-bit shapes take the row kernel */
     if (want && kn.kernel != 1 && !k->idx64) {
@@ -574,6 +579,9 @@ mn_status vkgen_kv_append(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "KV_TMAX", "%lld", (long long)n->shape[n->rank - 2]); /* a sequence length: compared in int */
     vk_def_u(k, "KV_TNEW", (uint64_t)x->shape[x->rank - 2]);
     vk_def_u(k, "KV_D", (uint64_t)x->shape[x->rank - 1]);
+    /* a folded permute (0, 2, 1, 3): x [B, H, Tnew, D] read from its [B, Tnew, H, D] input */
+    vk_def(k, "KV_SRC_BTHD", "%d", k->heads_in == 2 ? 1 : 0);
+    vk_def_u(k, "KV_H", k->heads_in == 2 ? (uint64_t)x->shape[1] : 1u);
     tr_def_pos(k, "KV_POS", 2);
     vk_launch_1d(k, caps, (uint64_t)node_numel(x), tr_local(caps, 64));
     return MN_OK;

@@ -381,6 +381,25 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             }
             rt->nopnd = (uint8_t)ops.n;
             rt->written = ops.written;
+        } else if (kind == KIR_HEADS_IN || kind == KIR_HEADS_OUT) {
+            /* a permute folded into its consumer (rope, kv_append) or its
+             * producer (attention) writing the permute's output: the
+             * kernel of the non-permute node, bound to what it reads or
+             * writes through the permute */
+            const int32_t m = p->order[i - 1], kid = kind == KIR_HEADS_IN ? id : m;
+            const node *kn = &p->g->nodes[kid];
+            const int hin = kind == KIR_HEADS_IN ? kir_heads_input(n->op) : -1;
+            int32_t opnd[1 + NODE_MAX_IN];
+            opnd[0] = id;
+            for (int j = 0; j < kn->nin; j++) opnd[1 + j] = j == hin ? p->g->nodes[m].in[0] : kn->in[j];
+            if ((st = vk_codegen_heads(k, p->g, kid, opnd, hin + 1, kind == KIR_HEADS_OUT, p->plan, &b->c.caps, err,
+                                       cap)))
+                break;
+            for (int j = 0; j < kn->nin; j++) {
+                rt->opnd[1 + j] = opnd[1 + j];
+                if (vk_input_written(kn, j)) rt->written |= (uint8_t)(1u << (1 + j));
+            }
+            rt->nopnd = (uint8_t)(1 + kn->nin);
         } else if (nm) {
             int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
             int next = 0;

@@ -48,7 +48,8 @@
 //
 // Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
 // X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
-// AT_TK, AT_D, AT_DU, AT_LU, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
+// AT_TK, AT_D, AT_DU, AT_LU, AT_OUT_BTHD (forward: rows stored as
+// [B, Tq, Hq, D], a folded permute), AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
 // AT_WRT_V, AT_PART,
 // AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_ISTR, AT_PSTR, AT_NBLK, AT_PMERGE,
 // TR_NWG.
@@ -211,6 +212,13 @@ void main() {
     uint b = head / AT_HQ, h = head % AT_HQ;
     IDX kvbase = IDX(b * AT_HKV + h / AT_GRP) * uint(AT_TK) * AT_D;
     IDX rowoff = IDX(head * uint(AT_TQ) + uint(row)) * AT_D;
+#if AT_OUT_BTHD // the output row in [B, Tq, Hq, D] (a folded permute, kir.h KIR_HEADS_OUT)
+    IDX yoff = IDX((b * uint(AT_TQ) + uint(row)) * AT_HQ + h) * AT_D;
+#define AT_YSTR (IDX(AT_HQ) * AT_D)
+#else
+    IDX yoff = rowoff;
+#define AT_YSTR IDX(AT_D)
+#endif
     int lo = 0, hi = g_kvlen;
 #if AT_CAUSAL
     hi = min(hi, row0 + rowc - 1 + g_off + 1);
@@ -383,7 +391,7 @@ void main() {
     AT_FOR_D(d) sh_tile[t * AT_PSTR + d] = acc[d] * f;
     memoryBarrierShared();
     barrier();
-    IDX base0 = rowoff - r * AT_D;
+    IDX base0 = yoff - IDX(r) * AT_YSTR; // row 0 of the block
     for (uint e = t; e < AT_R * AT_D; e += AT_LOCAL) {
         uint rr = e / AT_D;
         if (int(rr) >= rowc) continue;
@@ -392,7 +400,7 @@ void main() {
             v += sh_tile[(rr * AT_S + u) * AT_PSTR + e % AT_D];
             lr += sh_b[rr * AT_S + u];
         }
-        Y(base0 + e) = v * (lr > 0.0 ? 1.0 / lr : 0.0);
+        Y(base0 + IDX(rr) * AT_YSTR + e % AT_D) = v * (lr > 0.0 ? 1.0 / lr : 0.0);
     }
 #else
     AT_FOR_D(d) {
@@ -403,11 +411,11 @@ void main() {
         if (live && s == 0u) {
             float v = 0.0;
             for (uint u = 0u; u < AT_S; u++) v += sh_a[r * AT_S + u];
-            Y(rowoff + d) = v * invl;
+            Y(yoff + d) = v * invl;
         }
         barrier();
 #else
-        if (live) Y(rowoff + d) = acc[d] * invl;
+        if (live) Y(yoff + d) = acc[d] * invl;
 #endif
     }
 #endif

@@ -58,7 +58,7 @@
 //
 // Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
 // X4 prep, X5 pos. Defines: AT_OP, AT_HQ, AT_HKV, AT_GRP, AT_TQ, AT_TK,
-// AT_D, AT_DP, AT_PADDED (AT_DP > AT_D), AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
+// AT_D, AT_DP, AT_PADDED (AT_DP > AT_D), AT_OUT_BTHD, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
 // AT_WRT_V, AT_PART, AT_NROWS, AT_NBLK, AT_BM, AT_BN, AT_TM, AT_LX,
 // AT_RUN, AT_PREFETCH, TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (the H200 has
@@ -106,6 +106,15 @@
 // ---- sizes); every global index of this file is formed here
 uint at_qrow(uint qhead, int i) { return (qhead * uint(AT_TQ) + uint(i)) * AT_D; }   // qhead = b*Hq + h
 uint at_kvrow(uint kvhead, int j) { return (kvhead * uint(AT_TK) + uint(j)) * AT_D; } // kvhead = b*Hkv + hk
+// the output row: [B, Hq, Tq, D], or [B, Tq, Hq, D] with AT_OUT_BTHD (a
+// folded permute after the forward, kir.h KIR_HEADS_OUT)
+uint at_orow(uint qhead, int i) {
+#if AT_OUT_BTHD
+    return ((qhead / uint(AT_HQ) * uint(AT_TQ) + uint(i)) * uint(AT_HQ) + qhead % uint(AT_HQ)) * AT_D;
+#else
+    return at_qrow(qhead, i);
+#endif
+}
 uint at_prep(uint qhead, int i) { return 2u * (qhead * uint(AT_TQ) + uint(i)); }
 uint at_lse_out(uint qhead, int i) { return qhead * uint(AT_TQ) + uint(i); }
 
@@ -535,7 +544,7 @@ void main() {
         if (tx == 0u) Y(at_lse_out(head, row)) = L > 0.0 ? m[r] + log(L) : MN_NEG_INF;
 #else
         float invl = L > 0.0 ? 1.0 / L : 0.0;
-        uint ro = at_qrow(head, row);
+        uint ro = at_orow(head, row);
         [[unroll]] for (uint oc = 0u; oc < OC; oc++)
             [[unroll]] for (uint q = 0u; q < 4u; q++) {
                 uint d = (oc * AT_LX + tx) * 4u + q;

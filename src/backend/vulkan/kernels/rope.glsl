@@ -10,9 +10,11 @@
 // 1e-7 for |p| < 2^24; sin and cos come from Taylor polynomials on [-pi/4, pi/4]
 // after an exact quadrant reduction (the builtins' accuracy is not
 // specified tightly enough).
-// Inputs: X0 = x, X1 = pos (i32 [1]) when RP_HAS_POS.
+// Inputs: X0 = x, X1 = pos (i32 [1]) when RP_HAS_POS. RP_SRC_BTHD: x is
+// [B, RP_H, T, Dh] and X0 the [B, T, RP_H, Dh] tensor it permutes (a
+// folded permute, kir.h KIR_HEADS_IN); y is written as x's layout.
 // Defines: RP_T, RP_DH, RP_HALF, RP_OFF, RP_INVERSE, RP_HAS_POS, RP_POS,
-// the arrays RP_TAU_HI / RP_TAU_LO.
+// RP_SRC_BTHD, RP_H, the arrays RP_TAU_HI / RP_TAU_LO.
 // Does not: write in place (y and x are distinct tensors).
 
 // Fraction of a turn of p * (hi + lo), in [-0.5, 0.5]. hi is split into
@@ -62,7 +64,13 @@ void main() {
     s = -s;
 #endif
     IDX o = r * RP_DH + i;
-    float x1 = X0(o), x2 = X0(o + RP_HALF);
+#if RP_SRC_BTHD
+    IDX t = r % RP_T, bh = r / RP_T;
+    IDX xo = ((bh / RP_H * RP_T + t) * RP_H + bh % RP_H) * RP_DH + i;
+#else
+    IDX xo = o;
+#endif
+    float x1 = X0(xo), x2 = X0(xo + RP_HALF);
     Y(o) = x1 * c - x2 * s;
     Y(o + RP_HALF) = x2 * c + x1 * s;
 }
