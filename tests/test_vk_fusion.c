@@ -140,21 +140,30 @@ static void test_llama_train(const mn_llama_config *cfg, mn_device *dev) {
 
 enum { DP = 5, DN = 8, DT = 4, DMAX = 32 };
 
-static bool llama_greedy(int32_t *out, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev,
-                         int *kernels) {
-    mn_graph *g = NULL;
-    mn_llama *m = NULL;
-    mn_session *s = NULL;
-    bool ok = false;
-    if (mn_graph_create(&g) != MN_OK) return false;
+/* A batch-1 DECODE model of seq_len T over caches of max_seq rows (with
+ * the one-token branch when T > 1) and its inference session; false (and
+ * NULLs where nothing was made) on failure. */
+static bool decode_model(mn_graph **g, mn_llama **m, mn_session **s, const mn_llama_config *cfg, mn_backend_kind be,
+                         mn_device *dev, int64_t T, int64_t max_seq) {
+    *g = NULL, *m = NULL, *s = NULL;
+    if (mn_graph_create(g) != MN_OK) return false;
     mn_llama_options o = mn_llama_default_options();
     o.kind = MN_LLAMA_DECODE;
     o.batch = 1;
-    o.seq_len = DT;
-    o.max_seq = DMAX;
-    o.decode_step = true;
-    CHECK_OK(mn_llama_create(&m, g, cfg, &o), mn_llama_error(m));
-    if (m && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+    o.seq_len = T;
+    o.max_seq = max_seq;
+    o.decode_step = T > 1;
+    CHECK_OK(mn_llama_create(m, *g, cfg, &o), mn_llama_error(*m));
+    return *m && (*s = lu_session(*g, be, dev, MN_MODE_INFERENCE, NULL)) != NULL;
+}
+
+static bool llama_greedy(int32_t *out, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev,
+                         int *kernels) {
+    mn_graph *g;
+    mn_llama *m;
+    mn_session *s;
+    bool ok = false;
+    if (decode_model(&g, &m, &s, cfg, be, dev, DT, DMAX)) {
         const int32_t prompt[DP] = {3, 141, 59, 265, 35};
         ok = mn_llama_greedy(m, s, out, prompt, DP, DN) == MN_OK;
         CHECK_MSG(ok, "greedy: %s", mn_llama_error(m));
@@ -186,19 +195,11 @@ static void test_llama_decode(const mn_llama_config *cfg, mn_device *dev) {
  * DECODE graph of seq_len T (max_seq 64); the kernel dump into dump. */
 static bool heads_run(float *logits, const mn_llama_config *cfg, mn_backend_kind be, mn_device *dev, int64_t T,
                       int64_t np, char **dump) {
-    mn_graph *g = NULL;
-    mn_llama *m = NULL;
-    mn_session *s = NULL;
+    mn_graph *g;
+    mn_llama *m;
+    mn_session *s;
     bool ok = false;
-    if (mn_graph_create(&g) != MN_OK) return false;
-    mn_llama_options o = mn_llama_default_options();
-    o.kind = MN_LLAMA_DECODE;
-    o.batch = 1;
-    o.seq_len = T;
-    o.max_seq = 64;
-    o.decode_step = T > 1;
-    CHECK_OK(mn_llama_create(&m, g, cfg, &o), mn_llama_error(m));
-    if (m && (s = lu_session(g, be, dev, MN_MODE_INFERENCE, NULL))) {
+    if (decode_model(&g, &m, &s, cfg, be, dev, T, 64)) {
         int32_t toks[64];
         for (int i = 0; i < 64; i++) toks[i] = (int32_t)((i * 37 + 11) % cfg->vocab_size);
         const size_t V = (size_t)cfg->vocab_size;
