@@ -126,6 +126,22 @@ static mn_tensor c_conv2d_gemm(gc *c) {
     mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 16, 16, 16), GP(4, -0.2f, 0.2f, 32, 16, 3, 3), GP(1, -1, 1, 32), &p);
     return y;
 }
+/* K = 1*66*32 = 2112 >= 2 * 1024: autodiff splits the weight gradient into
+ * 2 partial sums (chunks of 1088 and 1024), the direct kernel on Vulkan */
+static mn_tensor c_conv2d_wgrad_split(gc *c) {
+    mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 1, 1, 66, 32), GP(4, -0.5f, 0.5f, 2, 1, 3, 3), GP(1, -1, 1, 2), &p);
+    return y;
+}
+/* K = 4*25*40 = 4000, 2 groups of 32 x 144: 3 partial sums (1344, 1344,
+ * 1312) through the implicit GEMM, z = part * groups + group */
+static mn_tensor c_conv2d_wgrad_split_gemm(gc *c) {
+    mn_conv2d_params p = {{1, 1}, {1, 1}, {1, 1}, 2};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 4, 32, 25, 40), GP(4, -0.2f, 0.2f, 64, 16, 3, 3), MN_NONE, &p);
+    return y;
+}
 static mn_tensor c_conv2d_gemm_strided(gc *c) {
     mn_conv2d_params p = {{2, 2}, {1, 1}, {1, 1}, 2};
     mn_tensor y;
@@ -456,6 +472,8 @@ static const gcase cases[] = {
     {OP_CONV2D, "conv2d_groups_stride_bias", c_conv2d, 0}, {OP_CONV2D, "conv2d_dilation", c_conv2d_dil, 0},
     {OP_CONV2D, "conv2d_implicit_gemm", c_conv2d_gemm, CASE_BIG},
     {OP_CONV2D, "conv2d_gemm_stride2_groups2", c_conv2d_gemm_strided, CASE_BIG},
+    {OP_CONV2D, "conv2d_wgrad_split", c_conv2d_wgrad_split, 0},
+    {OP_CONV2D, "conv2d_wgrad_split_gemm", c_conv2d_wgrad_split_gemm, CASE_BIG},
     {OP_MATMUL, "matmul_64x784x128", c_matmul_mnist, CASE_BIG},
     {OP_MATMUL, "gemv_1x576_x_1536x576t", c_gemv_decode, CASE_BIG}, {OP_MATMUL, "gemv_7x1000x301", c_gemv_rows, CASE_BIG},
     {OP_MATMUL, "gemv_batched_6x1x64", c_gemv_batched, CASE_BIG},

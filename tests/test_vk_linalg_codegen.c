@@ -213,6 +213,14 @@ static void add_conv(mn_graph *g, const conv_case *cc) {
     p.in[0] = x, p.in[1] = dy;
     memcpy(p.shape, g->nodes[w].shape, sizeof p.shape);
     CHECK_OK(graph_add(g, NULL, &p), g->err);
+    /* the weight gradient split into partial sums over K chunks of 3/8 of K
+     * (3 parts, the last one shorter) */
+    const int64_t K = yn.shape[0] * yn.shape[2] * yn.shape[3], chunk = (3 * K + 7) / 8;
+    if (chunk < K) {
+        wgrad_chunk_set(&p, chunk);
+        p.shape[0] *= (K + chunk - 1) / chunk;
+        CHECK_OK(graph_add(g, NULL, &p), g->err);
+    }
 }
 
 static void test_conv(void) {

@@ -10,6 +10,9 @@
  */
 #include "autodiff/autodiff.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "graph/attrs.h"
 
 typedef struct adctx {
@@ -58,13 +61,45 @@ static bool same_shape(const node *a, const node *b) {
 
 /* Sum t down to the shape of input i of n (undo broadcasting); t itself if
  * the shapes already agree. */
+/* reduce_to(t) down to target's shape, in two stages when the sum is long
+ * and its outputs few: a bias or norm gradient sums dy [N,C,H,W] to
+ * [1,C,1,1], C outputs of N*H*W terms each, which one kernel over them
+ * runs on C workgroups (a few of a GPU's cores). The first stage keeps the
+ * outermost summed dimension ([N,C,1,1], N*C sums of H*W), the second sums
+ * it away. */
+#define RT_STAGE_NOUT 1024 /* fewer outputs than this, */
+#define RT_STAGE_LEN 16384 /* each the sum of at least this many terms */
+#define RT_STAGE_MIN 32    /* and sums of at least this many in the first stage */
+static mn_status reduce_to_staged(adctx *c, int32_t *out, int32_t t, const node *target) {
+    const node *x = &c->g->nodes[t];
+    int64_t xd[4] = {1, 1, 1, 1}, od[4] = {1, 1, 1, 1}, nout = 1;
+    for (int i = 0; i < x->rank; i++) xd[4 - x->rank + i] = x->shape[i];
+    for (int i = 0; i < target->rank; i++) od[4 - target->rank + i] = target->shape[i];
+    for (int d = 0; d < 4; d++) nout *= od[d];
+    const int64_t len = nout > 0 ? node_numel(x) / nout : 0;
+    int d0 = -1;
+    for (int d = 0; d < 4 && d0 < 0; d++)
+        if (od[d] == 1 && xd[d] > 1) d0 = d;
+    if (nout < RT_STAGE_NOUT && len >= RT_STAGE_LEN && d0 >= 0 && len / xd[d0] >= RT_STAGE_MIN) {
+        node mid = *x;
+        for (int i = 0; i < x->rank; i++) {
+            const int d = 4 - x->rank + i;
+            mid.shape[i] = d == d0 || od[d] != 1 ? xd[d] : 1;
+        }
+        int32_t m;
+        mn_status st = helper(c, &m, OP_REDUCE_TO, 1, &t, &mid, NULL);
+        return st ? st : helper(c, out, OP_REDUCE_TO, 1, &m, target, NULL);
+    }
+    return helper(c, out, OP_REDUCE_TO, 1, &t, target, NULL);
+}
+
 static mn_status unbroadcast(adctx *c, int32_t *out, int32_t t, const node *n, int i) {
     node target = c->g->nodes[n->in[i]];
     if (same_shape(&c->g->nodes[t], &target)) {
         *out = t;
         return MN_OK;
     }
-    return helper(c, out, OP_REDUCE_TO, 1, &t, &target, NULL);
+    return reduce_to_staged(c, out, t, &target);
 }
 
 static mn_status grad_matmul(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
@@ -258,6 +293,55 @@ static mn_status grad_mse(adctx *c, const node *n, int32_t y, int32_t dy, int32_
     return MN_OK;
 }
 
+/* The K chunk of a weight gradient split across workgroups (attrs.h,
+ * wgrad_chunk_of), or 0. The sum over k = (b, oh, ow) is long and the
+ * gradient small in a convolution over a large batch or image (ResNet-50
+ * at batch 32: K = 100352 for a 64 x 576 gradient): one GEMM over it has a
+ * handful of output tiles, so it runs on a few of the GPU's cores. Parts of
+ * at least WGRAD_MIN_CHUNK k each, enough for about WGRAD_TILES 64 x 64 tiles
+ * in all, at most WGRAD_MAX_PARTS, and their scratch (the partial sums, a
+ * tensor the memory planner places) at most WGRAD_MAX_SCRATCH floats.
+ * Device independent, so every backend computes the same sums.
+ * MEGANEURA_WGRAD_SPLIT=0 turns the split off (to measure it). */
+#define WGRAD_TILES 384
+#define WGRAD_MIN_CHUNK 1024
+#define WGRAD_MAX_PARTS 64
+#define WGRAD_MAX_SCRATCH ((int64_t)1 << 24)
+static int64_t wgrad_chunk(const node *w, const node *dy, int64_t groups) {
+    const char *knob = getenv("MEGANEURA_WGRAD_SPLIT"); /* "0": never split (benchmarks) */
+    if (knob && !strcmp(knob, "0")) return 0;
+    const int64_t K = dy->shape[0] * dy->shape[2] * dy->shape[3], og = w->shape[0] / (groups > 0 ? groups : 1);
+    const int64_t cols = w->shape[1] * w->shape[2] * w->shape[3];
+    const int64_t tiles = ((og + 63) / 64) * ((cols + 63) / 64) * (groups > 0 ? groups : 1);
+    int64_t parts = WGRAD_TILES / (tiles > 0 ? tiles : 1);
+    if (parts > WGRAD_MAX_PARTS) parts = WGRAD_MAX_PARTS;
+    if (parts > K / WGRAD_MIN_CHUNK) parts = K / WGRAD_MIN_CHUNK;
+    if (parts > WGRAD_MAX_SCRATCH / node_numel(w)) parts = WGRAD_MAX_SCRATCH / node_numel(w);
+    if (parts < 2) return 0;
+    const int64_t chunk = ((K + parts - 1) / parts + 63) / 64 * 64; /* whole 64-deep slices */
+    return chunk < K ? chunk : 0;
+}
+
+/* dw of a convolution (x, dy): one CONV2D_BWD_WEIGHT, or its partial sums
+ * (wgrad_chunk) added over the parts. */
+static mn_status conv_wgrad(adctx *c, int32_t *out, int32_t x, int32_t dy, const node *w, const node *params) {
+    const node *DY = &c->g->nodes[dy];
+    node p = *params;
+    const int64_t chunk = wgrad_chunk(w, DY, conv_attrs_of(params).groups);
+    wgrad_chunk_set(&p, chunk);
+    int32_t in[2] = {x, dy};
+    if (!chunk) return helper(c, out, OP_CONV2D_BWD_WEIGHT, 2, in, w, &p);
+    const int64_t K = DY->shape[0] * DY->shape[2] * DY->shape[3], parts = (K + chunk - 1) / chunk;
+    node ps = *w;
+    ps.shape[0] = parts * w->shape[0];
+    int64_t s2[2] = {parts, node_numel(w)};
+    int32_t t;
+    mn_status st = helper(c, &t, OP_CONV2D_BWD_WEIGHT, 2, in, &ps, &p);
+    st = st ? st : mn_reshape(c->g, &t, t, 2, s2);
+    st = st ? st : mn_sum(c->g, &t, t, 0, false);
+    return st ? st : mn_reshape(c->g, out, t, w->rank, w->shape);
+}
+
 static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node x = c->g->nodes[n->in[0]], w = c->g->nodes[n->in[1]];
     mn_status st;
@@ -265,17 +349,14 @@ static mn_status grad_conv2d(adctx *c, const node *n, int32_t y, int32_t dy, int
         int32_t in[2] = {dy, n->in[1]};
         if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n))) return st;
     }
-    if (need(c, n, 1)) {
-        int32_t in[2] = {n->in[0], dy};
-        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n))) return st;
-    }
+    if (need(c, n, 1) && (st = conv_wgrad(c, &dx[1], n->in[0], dy, &w, n))) return st;
     if (n->nin == 3 && need(c, n, 2)) {
         node b4 = w;
         int64_t o = w.shape[0];
         int32_t t;
         b4.rank = 4;
         b4.shape[0] = 1, b4.shape[1] = o, b4.shape[2] = 1, b4.shape[3] = 1;
-        if ((st = helper(c, &t, OP_REDUCE_TO, 1, &dy, &b4, NULL))) return st;
+        if ((st = reduce_to_staged(c, &t, dy, &b4))) return st;
         if ((st = mn_reshape(c->g, &dx[2], t, 1, &o))) return st;
     }
     return MN_OK;
@@ -342,10 +423,7 @@ static mn_status grad_conv2d_bwd_input(adctx *c, const node *n, int32_t y, int32
         int32_t in[2] = {dy, n->in[1]};
         if ((st = helper(c, &dx[0], OP_CONV2D, 2, in, NULL, n))) return st;
     }
-    if (need(c, n, 1)) {
-        int32_t in[2] = {dy, n->in[0]};
-        if ((st = helper(c, &dx[1], OP_CONV2D_BWD_WEIGHT, 2, in, &w, n))) return st;
-    }
+    if (need(c, n, 1) && (st = conv_wgrad(c, &dx[1], dy, n->in[0], &w, n))) return st;
     return MN_OK;
 }
 
@@ -413,6 +491,9 @@ static mn_status grad_attention(adctx *c, const node *n, int32_t y, int32_t dy, 
 static mn_status grad_conv2d_bwd_weight(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     const node x = c->g->nodes[n->in[0]];
     mn_status st;
+    if (wgrad_chunk_of(n))
+        return graph_fail(c->g, MN_E_UNSUPPORTED, "autodiff: no second derivative through a weight gradient split "
+                          "into partial sums (conv2d_bwd_weight with a K chunk)");
     if (need(c, n, 0)) {
         int32_t in[2] = {n->in[1], dy};
         if ((st = helper(c, &dx[0], OP_CONV2D_BWD_INPUT, 2, in, &x, n))) return st;

@@ -52,6 +52,14 @@ static inline void conv_attrs_set(node *n, const mn_conv_attrs *a) {
     n->ip[6] = a->groups;
 }
 
+/* CONV2D_BWD_WEIGHT: ip[7] = the K chunk of a weight gradient split across
+ * workgroups. 0: one sum over k = (b, oh, ow), the node is dw [O,Cg,KH,KW].
+ * c > 0: the node holds P = ceil(N*OH*OW / c) partial gradients stacked on
+ * axis 0, [P*O,Cg,KH,KW], part p the sum over k in [p*c, (p+1)*c) in order;
+ * dw is their sum over the parts (autodiff adds it). */
+static inline int64_t wgrad_chunk_of(const node *n) { return n->ip[7]; }
+static inline void wgrad_chunk_set(node *n, int64_t c) { n->ip[7] = c; }
+
 /* MAXPOOL2D, MAXPOOL2D_BWD, AVGPOOL2D, AVGPOOL2D_BWD: ip[0..1] kernel,
  * ip[2..3] stride, ip[4..5] padding; average pooling: ip[6] divisor
  * (POOL_DIV_*) */

@@ -35,6 +35,7 @@ static void dump_attrs(const node *n, FILE *f) {
         fprintf(f, " stride=%lld,%lld pad=%lld,%lld dilation=%lld,%lld groups=%lld", (long long)a.stride[0],
                 (long long)a.stride[1], (long long)a.pad[0], (long long)a.pad[1], (long long)a.dilation[0],
                 (long long)a.dilation[1], (long long)a.groups);
+        if (n->op == OP_CONV2D_BWD_WEIGHT && wgrad_chunk_of(n)) fprintf(f, " k_chunk=%lld", (long long)wgrad_chunk_of(n));
         break;
     }
     case OP_MAXPOOL2D: case OP_MAXPOOL2D_BWD: case OP_AVGPOOL2D: case OP_AVGPOOL2D_BWD: {

@@ -257,6 +257,21 @@ static mn_status infer_conv2d_bwd(mn_graph *g, node *n) {
     if (n->rank != 4) return graph_fail(g, MN_E_SHAPE, "%s: result shape must be set (rank 4)", on);
     const bool wrt_x = n->op == OP_CONV2D_BWD_INPUT;
     const node *x = wrt_x ? n : IN(0), *w = wrt_x ? IN(1) : n, *dy = wrt_x ? IN(0) : IN(1);
+    node part; /* a split weight gradient: one part's shape, dw's */
+    const int64_t chunk = wrt_x ? 0 : wgrad_chunk_of(n);
+    if (chunk < 0) return graph_fail(g, MN_E_INVALID, "%s: K chunk %lld < 0", on, (long long)chunk);
+    if (chunk > 0) {
+        if (dy->rank != 4 || dy->shape[1] < 1)
+            return graph_fail(g, MN_E_SHAPE, "%s: dy must be [N,O,OH,OW], got %s", on, SHP(sa, dy));
+        const int64_t k = dy->shape[0] * dy->shape[2] * dy->shape[3], parts = k / chunk + (k % chunk != 0);
+        if (n->shape[0] % dy->shape[1] != 0 || n->shape[0] / dy->shape[1] != parts)
+            return graph_fail(g, MN_E_SHAPE, "%s: result %s must hold %lld partial gradients (K %lld in chunks of %lld) "
+                              "of %lld output channels each", on, SHP(sa, n), (long long)parts, (long long)k,
+                              (long long)chunk, (long long)dy->shape[1]);
+        part = *n;
+        part.shape[0] = dy->shape[1];
+        w = &part;
+    }
     int64_t oh, ow;
     if ((st = conv_check(g, n, on, x, w, &oh, &ow))) return st;
     if (dy->rank != 4 || dy->shape[0] != x->shape[0] || dy->shape[1] != w->shape[0] || dy->shape[2] != oh ||

@@ -602,34 +602,47 @@ KN_DEF(conv2d_bwd_input) {
         }
 }
 
-/* (x, dy [N,O,OH,OW]) -> dw [O,C/groups,KH,KW] (node shape). */
+/* (x, dy [N,O,OH,OW]) -> dw [O,C/groups,KH,KW] (node shape), or with a K
+ * chunk (wgrad_chunk_of) its partial sums, part p over k = (b, oh, ow) in
+ * [p*chunk, (p+1)*chunk), stacked [P*O,Cg,KH,KW]; each sum in k order. */
 KN_DEF(conv2d_bwd_weight) {
+    const node *DY = kn_in(g, n, 1);
+    node w1 = *n; /* one part's shape */
+    w1.shape[0] = DY->shape[1];
     conv_geom c;
-    conv_geom_init(&c, n, kn_in(g, n, 0), n, kn_in(g, n, 1));
+    conv_geom_init(&c, n, kn_in(g, n, 0), &w1, DY);
     const real *x = in[0], *dy = in[1];
-    real *dw = out;
-    for (int64_t o = 0; o < c.O; o++) {
-        const int64_t grp = o / c.Og;
-        for (int64_t ci = 0; ci < c.Cg; ci++)
-            for (int64_t kh = 0; kh < c.KH; kh++) {
-                int64_t oh0, oh1;
-                conv_range(&oh0, &oh1, c.OH, c.H, c.sh, c.ph, c.dh, kh);
-                for (int64_t kw = 0; kw < c.KW; kw++) {
-                    int64_t ow0, ow1;
-                    conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
-                    real s = 0;
-                    for (int64_t b = 0; b < c.N; b++) {
-                        const real *xp = x + (b * c.C + grp * c.Cg + ci) * c.H * c.W;
-                        const real *dyp = dy + (b * c.O + o) * c.OH * c.OW;
-                        for (int64_t oh = oh0; oh < oh1; oh++) {
-                            const int64_t xo = (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
-                            const real *yr = dyp + oh * c.OW;
-                            for (int64_t ow = ow0; ow < ow1; ow++) s += xp[xo + ow * c.sw] * yr[ow];
+    const int64_t ohw = c.OH * c.OW, K = c.N * ohw, chunk = wgrad_chunk_of(n) > 0 ? wgrad_chunk_of(n) : K;
+    const int64_t per_part = c.O * c.Cg * c.KH * c.KW;
+    for (int64_t klo = 0, p = 0; klo < K; klo += chunk, p++) {
+        const int64_t khi = klo + chunk < K ? klo + chunk : K;
+        real *dw = (real *)out + p * per_part;
+        for (int64_t o = 0; o < c.O; o++) {
+            const int64_t grp = o / c.Og;
+            for (int64_t ci = 0; ci < c.Cg; ci++)
+                for (int64_t kh = 0; kh < c.KH; kh++) {
+                    int64_t oh0, oh1;
+                    conv_range(&oh0, &oh1, c.OH, c.H, c.sh, c.ph, c.dh, kh);
+                    for (int64_t kw = 0; kw < c.KW; kw++) {
+                        int64_t ow0, ow1;
+                        conv_range(&ow0, &ow1, c.OW, c.W, c.sw, c.pw, c.dw, kw);
+                        real s = 0;
+                        for (int64_t b = klo / ohw; b < c.N && b * ohw < khi; b++) {
+                            const real *xp = x + (b * c.C + grp * c.Cg + ci) * c.H * c.W;
+                            const real *dyp = dy + (b * c.O + o) * ohw;
+                            for (int64_t oh = oh0; oh < oh1; oh++) {
+                                /* the row's k run [r, r + OW) cut to the part */
+                                const int64_t r = b * ohw + oh * c.OW;
+                                const int64_t lo = klo - r > ow0 ? klo - r : ow0, hi = khi - r < ow1 ? khi - r : ow1;
+                                const int64_t xo = (oh * c.sh - c.ph + kh * c.dh) * c.W + kw * c.dw - c.pw;
+                                const real *yr = dyp + oh * c.OW;
+                                for (int64_t ow = lo; ow < hi; ow++) s += xp[xo + ow * c.sw] * yr[ow];
+                            }
                         }
+                        dw[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw] = s;
                     }
-                    dw[((o * c.Cg + ci) * c.KH + kh) * c.KW + kw] = s;
                 }
-            }
+        }
     }
 }
 

@@ -147,9 +147,11 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 /* Emits the GEMM defines and the launch: grid (M tiles, N tiles, batch),
  * each clamped to the device limit (the kernel strides over the rest). */
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
-                           int64_t M, int64_t N, int64_t K, int64_t batch, bool a_kfast, bool b_kfast, char *err,
-                           size_t cap) {
-    if (map != MAP_MATMUL) { /* a convolution of the fast contract: cooperative matrices first */
+                           int64_t M, int64_t N, int64_t K, int64_t kc, int64_t batch, bool a_kfast, bool b_kfast,
+                           char *err, size_t cap) {
+    /* a convolution of the fast contract: cooperative matrices first (not a
+     * weight gradient split into partial sums: K runs whole there) */
+    if (map != MAP_MATMUL && kc == K) {
         const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast};
         bool used;
         mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
@@ -160,6 +162,7 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def_i(k, "MM_M", M);
     vk_def_i(k, "MM_N", N);
     vk_def_i(k, "MM_K", K);
+    vk_def_i(k, "MM_KC", kc);
     vk_def_i(k, "MM_BATCH", batch);
     vk_def(k, "MM_BM", "%u", c.bm);
     vk_def(k, "MM_BN", "%u", c.bn);
@@ -169,7 +172,7 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def(k, "MM_KS", "%u", c.ks);
     vk_def(k, "MM_EVEN_M", "%d", M % c.bm == 0);
     vk_def(k, "MM_EVEN_N", "%d", N % c.bn == 0);
-    vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0);
+    vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0 && K % kc == 0 && kc % c.bk == 0);
     vk_def(k, "MM_A_KFAST", "%d", a_kfast);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
     /* the fast contract without cooperative matrices: rounded operands */
@@ -186,7 +189,7 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
      * loops inside a step are unrolled) */
     uint64_t strides = 1;
     for (int d = 0; d < 3; d++) strides *= cdiv(tiles[d] ? tiles[d] : 1, k->groups[d]);
-    const uint64_t ksteps = cdiv(cdiv((uint64_t)K, c.bk), c.ks);
+    const uint64_t ksteps = cdiv(cdiv((uint64_t)kc, c.bk), c.ks);
     const uint64_t iters = strides * (1 + ksteps + (c.ks > 1 ? (uint64_t)c.tm * (c.tn / 4) * (c.ks - 1) : 0));
     return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }
@@ -270,8 +273,8 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     if (st || used) return st;
     if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, n, caps, M, N, K, batch, sbk == 1) == MN_OK)
         return MN_OK;
-    return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, batch, sak == 1, sbk == 1,
-                     err, cap);
+    return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, K, batch, sak == 1,
+                     sbk == 1, err, cap);
 }
 
 /* ---- convolution ---------------------------------------------------------- */
@@ -321,8 +324,8 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     if (conv_use_gemm(n, M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
-        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, c.groups, false,
-                         true, err, cap);
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, K, c.groups,
+                         false, true, err, cap);
     }
     if (!vk_loops_fit(caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg)))
         return vk_loop_fail(g, n, caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg), err, cap);
@@ -341,7 +344,7 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     if (conv_use_gemm(n, M, N, K)) {
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
-        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, c.groups,
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, K, c.groups,
                          false, c.KH * c.KW > 1, err, cap);
     }
     if (!vk_loops_fit(caps, (uint64_t)(c.Og * c.KH * c.KW + c.Og * c.KH + c.Og)))
@@ -351,20 +354,32 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     return MN_OK;
 }
 
-/* (x, dy [N,O,OH,OW]) -> dw [O,Cg,KH,KW] = node shape. */
+/* (x, dy [N,O,OH,OW]) -> dw [O,Cg,KH,KW] = node shape, or its partial sums
+ * over K chunks stacked [P*O,Cg,KH,KW] (wgrad_chunk_of): the GEMM's batch
+ * is then (part, group), each part its own run of k, so that a gradient
+ * with few output tiles and a long K fills the GPU. */
 mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                   char *err, size_t cap) {
-    conv_geo c = conv_geo_of(n, in_node(g, n, 0), n, in_node(g, n, 1));
+    const node *dy = in_node(g, n, 1);
+    node w1 = *n; /* one part's shape: dw's */
+    w1.shape[0] = dy->shape[1];
+    conv_geo c = conv_geo_of(n, in_node(g, n, 0), &w1, dy);
     conv_defs(k, &c);
     const int64_t M = c.Og, N = c.Cg * c.KH * c.KW, K = c.N * c.OH * c.OW;
+    const int64_t kc = wgrad_chunk_of(n) > 0 && wgrad_chunk_of(n) < K ? wgrad_chunk_of(n) : K;
+    const int64_t parts = (K + kc - 1) / kc;
+    vk_def_i(k, "CV_KC", kc);
+    vk_def(k, "MM_PARTS", "%lld", (long long)parts);
+    vk_def_i(k, "MM_GROUPS", c.groups);
     if (conv_use_gemm(n, M, N, K)) {
-        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_WGRAD, M, N, K, c.groups, true,
-                         true, err, cap);
+        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, kc, c.groups * parts), MAP_CONV_WGRAD, M, N, K, kc,
+                         c.groups * parts, true, true, err, cap);
     }
-    /* Direct: one workgroup per dw element; a tree over 64 invocations when
-     * the sum is long, else one invocation in the CPU reference's order. */
+    /* Direct: one workgroup per dw element (of each part); a tree over 64
+     * invocations when the sum is long, else one invocation in the CPU
+     * reference's order. */
     k->tmpl = "conv2d_bwd_weight";
-    const uint32_t local = K >= 256 ? 64 : 1;
+    const uint32_t local = kc >= 256 ? 64 : 1;
     uint64_t elems = (uint64_t)node_numel(n), lim = caps->max_groups[0] ? caps->max_groups[0] : 65535;
     uint64_t gx = elems < lim ? elems : lim, gy = cdiv(elems, gx);
     uint64_t limy = caps->max_groups[1] ? caps->max_groups[1] : 65535;
@@ -372,7 +387,7 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     k->local[0] = local;
     k->groups[0] = (uint32_t)gx, k->groups[1] = (uint32_t)gy;
     /* per dw element of the invocation's stride: its share of the sum and the tree */
-    const uint64_t iters = cdiv(elems, gx * gy) * (cdiv((uint64_t)K, local) + 7);
+    const uint64_t iters = cdiv(elems, gx * gy) * (cdiv((uint64_t)kc, local) + 7);
     return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }
 

@@ -332,8 +332,18 @@ static mn_status gen_reduce(vk_kernel *k, const mn_graph *g, const node *n, cons
                             bool mean, const red_geom *r, char *err, size_t cap) {
     mn_status s;
     /* short slices: one invocation per output; also when there are many
-     * outputs, each invocation then reads neighbouring columns (coalesced) */
-    const bool serial = r->len <= 32 || (r->nout >= 8192 && r->len <= 4096);
+     * outputs whose slices are strided (columns), each invocation then
+     * reading the neighbour of the next one's element (coalesced). Slices
+     * that run along contiguous memory (rows: the spatial sums of a
+     * normalisation over [N,C,H*W]) take a workgroup each, whose reads
+     * are coalesced; an invocation per row would read 32 rows at once. */
+    bool rows = false;
+    for (int d = 3; d >= 0; d--)
+        if (r->rdim[d] > 1) {
+            rows = r->rst[d] == 1;
+            break;
+        }
+    const bool serial = r->len <= 32 || (r->nout >= 8192 && r->len <= 4096 && !rows);
     k->tmpl = "reduce";
     vk_def(k, "RED_OP", "%s", op);
     vk_def(k, "RED_MEAN", "%d", mean ? 1 : 0);

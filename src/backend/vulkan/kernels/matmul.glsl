@@ -26,7 +26,11 @@
 //      pixel [N*H*W, Og*KH*KW] (zero where the stride skips it), B = w,
 //      C -> dx [N,C,H,W]
 //   3  conv2d weight gradient, z = group: A = dy [Og, N*OH*OW],
-//      B = im2col(x) [N*OH*OW, Cg*KH*KW], C -> dw [O, Cg, KH, KW]
+//      B = im2col(x) [N*OH*OW, Cg*KH*KW], C -> dw [O, Cg, KH, KW]; split
+//      into MM_PARTS partial sums (MM_PARTS > 1), z = part * MM_GROUPS +
+//      group, part p sums k in [p*MM_KC, (p+1)*MM_KC) into rows p*O.. of
+//      C [MM_PARTS*O, Cg, KH, KW] (the graph adds the parts: the K split
+//      across workgroups, with the partial sums in planned memory)
 // With MM_KS == 1 each output element accumulates over k = 0, 1, .. K-1 in
 // order from 0 (or the bias), which is the CPU reference's order; padding
 // terms add +0. Splits sum interleaved runs of k and round differently.
@@ -40,8 +44,7 @@
 // statements that take output element i's value through the group's
 // pointwise members and store the group's result at Y(i) instead.
 //
-// Does not: split K across workgroups (no atomics, no scratch), use
-// cooperative matrices or vector global loads.
+// Does not: use atomics, cooperative matrices or vector global loads.
 
 #ifndef MM_RND
 #define MM_RND(x) (x)
@@ -55,7 +58,13 @@
 #define SBW ((MM_BN + 4) / 4)
 #define LA ((MM_BM * MM_BK) / NT)
 #define LB ((MM_BN * MM_BK) / NT)
-#define KTILES ((MM_K + MM_BK - 1) / MM_BK)
+#ifndef MM_KC
+#define MM_KC MM_K // K of one part
+#endif
+#ifndef MM_PARTS
+#define MM_PARTS 1
+#endif
+#define KTILES ((MM_KC + MM_BK - 1) / MM_BK)
 #define KSTEPS ((KTILES + MM_KS - 1) / MM_KS) // steps of each split
 #define TILES_M ((MM_M + MM_BM - 1) / MM_BM)
 #define TILES_N ((MM_N + MM_BN - 1) / MM_BN)
@@ -111,12 +120,19 @@ IDX mm_c(IDX z, IDX m, IDX n) {
 }
 
 #elif MM_MAP == 3
-// m = o within the group z, k = (b, oh, ow), n = (ci, kh, kw).
+// m = o within the group z, k = (b, oh, ow), n = (ci, kh, kw); the group of
+// a partial sum's z is z % MM_GROUPS.
 float mm_a(IDX z, IDX m, IDX k) {
+#if MM_PARTS > 1
+    z = z % MM_GROUPS;
+#endif
     IDX b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
     return X1((b * CV_O + z * CV_OG + m) * (CV_OH * CV_OW) + p);
 }
 float mm_b(IDX z, IDX k, IDX n) {
+#if MM_PARTS > 1
+    z = z % MM_GROUPS;
+#endif
     IDX b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
     IDX ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
     SIDX ih = SIDX((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
@@ -133,7 +149,7 @@ IDX mm_c(IDX z, IDX m, IDX n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW)
 // for A), so a subgroup reads runs.
 float ra[LA], rb[LB];
 
-void load_slice(IDX z, IDX m0, IDX n0, IDX k0, uint lid) {
+void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
     [[unroll]] for (uint i = 0; i < LA; i++) {
         uint e = lid + i * NT;
 #if MM_A_KFAST
@@ -143,7 +159,7 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, uint lid) {
 #endif
         IDX m = m0 + mm, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_a(z, m, k));
+        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(mm_a(z, m, k));
         ra[i] = v;
     }
     [[unroll]] for (uint i = 0; i < LB; i++) {
@@ -155,7 +171,7 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, uint lid) {
 #endif
         IDX n = n0 + nn, k = k0 + kk;
         float v = 0.0;
-        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < MM_K)) v = MM_RND(mm_b(z, k, n));
+        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(mm_b(z, k, n));
         rb[i] = v;
     }
 }
@@ -191,6 +207,11 @@ void main() {
     for (IDX tm = gl_WorkGroupID.x; tm < TILES_M; tm += gl_NumWorkGroups.x)
     for (IDX tn = gl_WorkGroupID.y; tn < TILES_N; tn += gl_NumWorkGroups.y) {
         IDX m0 = tm * MM_BM, n0 = tn * MM_BN;
+#if MM_PARTS > 1
+        IDX kb = (z / MM_GROUPS) * MM_KC, ke = kb + MM_KC < MM_K ? kb + MM_KC : MM_K;
+#else
+        IDX kb = 0, ke = MM_K;
+#endif
         vec4 acc[MM_TM][RN];
         [[unroll]] for (uint c = 0; c < RN; c++) {
             vec4 init = vec4(0.0);
@@ -205,7 +226,7 @@ void main() {
         }
 
         if (split < KTILES) {
-            load_slice(z, m0, n0, IDX(split) * MM_BK, l);
+            load_slice(z, m0, n0, kb + IDX(split) * MM_BK, ke, l);
             store_slice(split * 2, l);
         }
         barrier();
@@ -213,7 +234,7 @@ void main() {
             uint t = step * MM_KS + split; // this split's slice
             uint buf = split * 2 + (step & 1u);
             bool next = t + MM_KS < KTILES;
-            if (next) load_slice(z, m0, n0, IDX(t + MM_KS) * MM_BK, l);
+            if (next) load_slice(z, m0, n0, kb + IDX(t + MM_KS) * MM_BK, ke, l);
             if (t < KTILES) {
                 [[unroll]] for (uint kk = 0; kk < MM_BK; kk++) {
                     vec4 a[RM], b[RN];
