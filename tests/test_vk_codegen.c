@@ -494,6 +494,14 @@ static void build_norm(mn_graph *g) {
             add(g, (spec){.op = bw, .nin = 2, .in = {x, dy}, .ip = {1}, .fp = {1e-5}});
         }
     }
+    /* batch statistics: one value per channel, few channels of many values
+     * (1024 invocations), many channels of a few values, a ResNet stem */
+    const int64_t bn[][4] = {{1, 3, 1, 1}, {2, 8, 5, 7}, {1, 2048, 7, 7}, {2, 64, 112, 112}};
+    for (size_t i = 0; i < MN_ARRAY_LEN(bn); i++) {
+        mn_tensor x = in_f(g, 4, bn[i]);
+        add(g, (spec){.op = OP_BN_MEAN, .nin = 1, .in = {x}});
+        add(g, (spec){.op = OP_BN_MEANSQ, .nin = 1, .in = {x}});
+    }
 }
 
 static void run_all(const vk_caps *caps, const char *what) {

@@ -554,6 +554,24 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
     return helper(c, &dx[0], OP_AVGPOOL2D, 1, &dy, NULL, &q);
 }
 
+/* bn_mean (x) and bn_meansq (d), [N,C,H,W] -> [C] over cnt = N*H*W values
+ * per channel: dx = dy / cnt, dd = 2 d dy / cnt, broadcast over the
+ * channel; members of one pointwise kernel with the other gradients. */
+static mn_status grad_bn_moment(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    (void)y;
+    if (!need(c, n, 0)) return MN_OK;
+    const int32_t xi = n->in[0];
+    const bool sq = n->op == OP_BN_MEANSQ;
+    const node x = c->g->nodes[xi];
+    const int64_t c4[4] = {1, x.shape[1], 1, 1};
+    const double cnt = (double)x.shape[0] * (double)x.shape[2] * (double)x.shape[3];
+    int32_t d;
+    mn_status st = mn_scale(c->g, &d, dy, (float)((sq ? 2.0 : 1.0) / cnt));
+    st = st ? st : mn_reshape(c->g, &d, d, 4, c4);
+    if (!sq) return st ? st : helper(c, &dx[0], OP_BROADCAST, 1, &d, &x, NULL);
+    return st ? st : mn_mul(c->g, &dx[0], xi, d);
+}
+
 /* Rows per block of the weight-gradient partials: about 256 blocks of 16 to
  * 1024 rows, fewer rows when rows are wide. A Vulkan invocation walks a
  * block's rows, with per row about 2 * D / L + 22 loop iterations for a

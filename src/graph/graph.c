@@ -21,7 +21,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 82, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 84, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;

@@ -468,23 +468,26 @@ mn_status mn_batch_norm2d(mn_graph *g, mn_tensor *out, mn_tensor x, mn_tensor we
     mn_tensor y, e, mu, var, scale, t, w, b;
     if ((st = mn_graph_scalar(g, &e, eps))) return composite_fail(g, n0, st, "batch_norm2d");
     if (training) {
-        /* x as [N,C,H*W]: mean over the last axis, then over the batch (equal
-         * counts: the mean of means is the mean); two passes for the variance */
-        const int64_t s3[3] = {N, C, HW}, c3[3] = {1, C, 1};
-        mn_tensor xr, d, sq;
-        st = mn_reshape(g, &xr, x, 3, s3);
-        st = st ? st : mn_mean(g, &t, xr, 2, true);
-        st = st ? st : mn_mean(g, &mu, t, 0, true);            /* [1,C,1] */
-        st = st ? st : mn_sub(g, &d, xr, mu);                  /* [N,C,HW] */
-        st = st ? st : mn_mul(g, &sq, d, d);
-        st = st ? st : mn_mean(g, &t, sq, 2, true);
-        st = st ? st : mn_mean(g, &var, t, 0, true);           /* biased, [1,C,1] */
+        /* the batch statistics by two per-channel reductions (bn_mean of x,
+         * then bn_meansq of the centred d = x - mean: the biased variance;
+         * a workgroup per channel on Vulkan); scale = rsqrt(var + eps)
+         * [* weight] on [C]; y = d * scale [+ bias], pointwise. x is dead
+         * after d; the backward keeps d (the rules are pointwise:
+         * autodiff.c). */
+        const int64_t c4[4] = {1, C, 1, 1};
+        mn_tensor d;
+        node p = graph_proto(OP_BN_MEAN, 1, &x);
+        st = graph_add(g, &mu, &p);                            /* [C] */
+        st = st ? st : mn_reshape(g, &t, mu, 4, c4);
+        st = st ? st : mn_sub(g, &d, x, t);
+        node pv = graph_proto(OP_BN_MEANSQ, 1, &d);
+        st = st ? st : graph_add(g, &var, &pv);                /* [C] */
         st = st ? st : mn_add(g, &t, var, e);
         st = st ? st : mn_rsqrt(g, &scale, t);
-        if (!st && weight != MN_NONE && !(st = mn_reshape(g, &w, weight, 3, c3))) st = mn_mul(g, &scale, scale, w);
-        st = st ? st : mn_mul(g, &y, d, scale);
-        if (!st && bias != MN_NONE && !(st = mn_reshape(g, &b, bias, 3, c3))) st = mn_add(g, &y, y, b);
-        st = st ? st : mn_reshape(g, &y, y, 4, xn.shape);
+        if (!st && weight != MN_NONE) st = mn_mul(g, &scale, scale, weight);
+        st = st ? st : mn_reshape(g, &w, scale, 4, c4);
+        st = st ? st : mn_mul(g, &y, d, w);
+        if (!st && bias != MN_NONE && !(st = mn_reshape(g, &b, bias, 4, c4))) st = mn_add(g, &y, y, b);
         /* running statistics, updated in place at each training step */
         const double cnt = (double)N * (double)HW;
         st = st ? st : add_ema(g, running_mean, mu, momentum, 1.0);

@@ -59,7 +59,7 @@ static bool rule_of(op_id op, op_rule *r) {
     case OP_NEG: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RELU: case OP_SIGMOID:
     case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU: case OP_STOP_GRAD: case OP_SIN: case OP_COS:
     case OP_SOFTMAX: case OP_LOG_SOFTMAX: case OP_CROSS_ENTROPY_DENSE: case OP_MSE:
-    case OP_ABS: case OP_WHERE: case OP_EMBEDDING: case OP_KV_APPEND:
+    case OP_ABS: case OP_WHERE: case OP_EMBEDDING: case OP_KV_APPEND: case OP_BN_MEAN: case OP_BN_MEANSQ:
         return true;
     case OP_MATMUL: *r = (op_rule){0x3, 0, 0x3, 0, false}; return true;
     case OP_SCALE: case OP_POW: *r = (op_rule){0, 0x1, 0, 0, false}; return true;

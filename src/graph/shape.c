@@ -873,6 +873,14 @@ mn_status graph_infer(mn_graph *g, node *n) {
         return infer_upsample(g, n);
     case OP_EMA_UPDATE:
         return infer_ema(g, n);
+    case OP_BN_MEAN: case OP_BN_MEANSQ: {
+        if ((st = need_f32(g, n, 0))) return st;
+        const node *x = IN(0);
+        if (x->rank != 4 || x->shape[0] * x->shape[2] * x->shape[3] < 1)
+            return graph_fail(g, MN_E_SHAPE, "%s: x must be [N,C,H,W] with N*H*W >= 1, got %s", on, SHP(sa, x));
+        set_shape(n, 1, &x->shape[1]);
+        return MN_OK;
+    }
     case OP_EMBEDDING:
         return infer_embedding(g, n);
     case OP_EMBEDDING_BWD:

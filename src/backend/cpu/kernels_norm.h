@@ -103,3 +103,22 @@ static void KN(norm_bwd_w)(const mn_graph *g, const node *n, real *part, const r
 
 KN_DEF(rms_norm_bwd_w) { KN(norm_bwd_w)(g, n, out, in[0], in[1], false); }
 KN_DEF(layer_norm_bwd_w) { KN(norm_bwd_w)(g, n, out, in[0], in[1], true); }
+
+/* bn_mean (x [N,C,H,W]) -> [C] and bn_meansq (d) -> [C]: the mean of x or
+ * of d^2 per channel, in double, in (n, h, w) order. */
+static void KN(bn_moment)(const mn_graph *g, const node *n, real *y, const real *x, bool sq) {
+    const node *X = kn_in(g, n, 0);
+    const int64_t N = X->shape[0], C = X->shape[1], HW = X->shape[2] * X->shape[3];
+    const double cnt = (double)N * (double)HW;
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0;
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t p = 0; p < HW; p++) {
+                const double v = (double)x[(b * C + c) * HW + p];
+                s += sq ? v * v : v;
+            }
+        y[c] = (real)(s / cnt);
+    }
+}
+KN_DEF(bn_mean) { KN(bn_moment)(g, n, out, in[0], false); }
+KN_DEF(bn_meansq) { KN(bn_moment)(g, n, out, in[0], true); }

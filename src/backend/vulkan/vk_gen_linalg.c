@@ -20,6 +20,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const node *in_node(const mn_graph *g, const node *n, int i) { return &g->nodes[n->in[i]]; }
 
@@ -316,6 +317,16 @@ static bool conv_use_gemm(const node *n, int64_t M, int64_t N, int64_t K) {
     return M >= 32 && N >= 16 && K >= 8 && M * N * K >= (int64_t)1 << 18;
 }
 
+/* The implicit GEMMs of the forward and the input gradient run channel-major
+ * (matmul.glsl's MM_CT: M the channels, N the pixels), whose stores are
+ * coalesced. The fast contract keeps the pixel-major form, the one the
+ * cooperative-matrix kernels implement (vk_gen_coopmat.c), and so does
+ * MEGANEURA_VK_CONV_CT=0 (to measure it). */
+static bool conv_channel_major(const node *n) {
+    const char *v = getenv("MEGANEURA_VK_CONV_CT");
+    return node_round16(n) == MN_ROUND_NONE && !(v && !strcmp(v, "0"));
+}
+
 mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
                        size_t cap) {
     conv_geo c = conv_geo_of(n, in_node(g, n, 0), in_node(g, n, 1), n);
@@ -323,6 +334,11 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     const int64_t M = c.N * c.OH * c.OW, N = c.Og, K = c.Cg * c.KH * c.KW;
     if (conv_use_gemm(n, M, N, K)) {
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
+        if (conv_channel_major(n)) { /* A = w: k contiguous; B = im2col(x)^T: consecutive n are consecutive ow */
+            vk_def(k, "MM_CT", "1");
+            return gemm_emit(k, g, n, caps, gemm_pick(caps, N, M, K, c.groups), MAP_CONV_FWD, N, M, K, K, c.groups,
+                             true, false, err, cap);
+        }
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, K, c.groups,
                          false, true, err, cap);
@@ -342,6 +358,11 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
     conv_defs(k, &c);
     const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
     if (conv_use_gemm(n, M, N, K)) {
+        if (conv_channel_major(n)) { /* A = w viewed [Cg, Og*KH*KW], B = the dy patches, pixels contiguous */
+            vk_def(k, "MM_CT", "1");
+            return gemm_emit(k, g, n, caps, gemm_pick(caps, N, M, K, c.groups), MAP_CONV_DGRAD, N, M, K, K, c.groups,
+                             c.KH * c.KW > 1, false, err, cap);
+        }
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, K, c.groups,

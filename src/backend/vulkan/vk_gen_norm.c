@@ -122,3 +122,42 @@ mn_status vkgen_layer_norm_bwd_w(vk_kernel *k, const mn_graph *g, const node *n,
                                  size_t cap) {
     return gen_norm(k, g, n, caps, NM_BWDW_LN, err, cap);
 }
+
+/* kernels/bn_moment.glsl: a workgroup per channel, up to 1024 invocations
+ * when there are few channels (each then has many values), no more than
+ * about the channel's values. */
+static mn_status gen_bn_moment(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, bool sq,
+                               char *err, size_t cap) {
+    const node *x = &g->nodes[n->in[0]];
+    const int64_t N = x->shape[0], C = x->shape[1], HW = x->shape[2] * x->shape[3];
+    const uint64_t vals = (uint64_t)N * (uint64_t)HW;
+    char lit[48];
+    k->tmpl = "bn_moment";
+    vk_def(k, "BN_SQ", "%d", sq);
+    vk_def_i(k, "BN_N", N);
+    vk_def_i(k, "BN_C", C);
+    vk_def_i(k, "BN_HW", HW);
+    vk_float_literal(lit, sizeof lit, (float)vals);
+    vk_def(k, "BN_CNT_F", "%s", lit);
+    uint32_t local = nm_local(caps, C <= 256 ? 1024 : 256);
+    while (local > 32 && local / 2 >= vals) local /= 2;
+    const uint64_t lim = caps->max_groups[0] ? caps->max_groups[0] : 65535;
+    const uint64_t groups = (uint64_t)C < lim ? (uint64_t)C : lim;
+    uint32_t lg = 0;
+    while ((1u << lg) < local) lg++;
+    /* per channel of the invocation's stride: a pass and the tree */
+    const uint64_t iters = (((uint64_t)C + groups - 1) / groups) * (((vals + local - 1) / local) + lg + 1);
+    if (!vk_loops_fit(caps, iters)) return vk_loop_fail(g, n, caps, iters, err, cap);
+    k->local[0] = local, k->local[1] = 1, k->local[2] = 1;
+    k->groups[0] = (uint32_t)groups, k->groups[1] = 1, k->groups[2] = 1;
+    return MN_OK;
+}
+
+mn_status vkgen_bn_mean(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                        size_t cap) {
+    return gen_bn_moment(k, g, n, caps, false, err, cap);
+}
+mn_status vkgen_bn_meansq(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err,
+                          size_t cap) {
+    return gen_bn_moment(k, g, n, caps, true, err, cap);
+}

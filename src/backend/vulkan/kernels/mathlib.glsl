@@ -242,3 +242,37 @@ float mn_round_f16(float x) {
     uint k = (m + (1u << uint(sh - 1)) - 1u + ((m >> uint(sh)) & 1u)) >> uint(sh);
     return uintBitsToFloat(sgn | floatBitsToUint(float(k) * (1.0 / 16777216.0)));
 }
+
+// ---- double-f32 sums (reduce.glsl, bn_stats.glsl) ----
+// Knuth's TwoSum: a + b == s + e exactly (precise: no reassociation, no fma).
+void two_sum(float a, float b, out float s, out float e) {
+    precise float t = a + b;
+    precise float bp = t - a;
+    precise float ap = t - bp;
+    precise float err = (a - ap) + (b - bp);
+    s = t;
+    e = err;
+}
+
+// (hi, lo) += v
+void dd_add(inout float hi, inout float lo, float v) {
+    float e;
+    two_sum(hi, v, hi, e);
+    precise float l = lo + e;
+    lo = l;
+}
+
+// (hi, lo) += (h2, l2), renormalised so that |lo| <= ulp(hi) / 2.
+void dd_merge(inout float hi, inout float lo, float h2, float l2) {
+    float s, e;
+    two_sum(hi, h2, s, e);
+    precise float l = (lo + l2) + e;
+    precise float h = s + l;
+    precise float r = l - (h - s);
+    bool inf = isinf(s); // an infinite sum stays (its error term is NaN)
+    hi = inf ? s : h;
+    lo = inf ? 0.0 : r;
+}
+
+// The f32 result of a (hi, lo) sum.
+float dd_value(float hi, float lo) { return isinf(hi) ? hi : hi + lo; }

@@ -31,6 +31,11 @@
 //      group, part p sums k in [p*MM_KC, (p+1)*MM_KC) into rows p*O.. of
 //      C [MM_PARTS*O, Cg, KH, KW] (the graph adds the parts: the K split
 //      across workgroups, with the partial sums in planned memory)
+// MM_CT (maps 1 and 2): the channel-major product C^T = B^T A^T, M the
+// output channels and N the pixels (b, h, w), so that the invocations of a
+// row, which hold consecutive n, store consecutive pixels (coalesced; the
+// pixel-major form stores 4 channels apart, a plane apart each) and read
+// the image operand along its rows; the bias then goes by row.
 // With MM_KS == 1 each output element accumulates over k = 0, 1, .. K-1 in
 // order from 0 (or the bias), which is the CPU reference's order; padding
 // terms add +0. Splits sum interleaved runs of k and round differently.
@@ -48,6 +53,9 @@
 
 #ifndef MM_RND
 #define MM_RND(x) (x)
+#endif
+#ifndef MM_CT
+#define MM_CT 0
 #endif
 #define LX (MM_BN / MM_TN)
 #define LY (MM_BM / MM_TM)
@@ -84,7 +92,7 @@ IDX mm_c(IDX z, IDX m, IDX n) { return (z * MM_M + m) * MM_N + n; }
 
 #elif MM_MAP == 1
 // m = (b, oh, ow), k = (ci, kh, kw), n = o within the group z.
-float mm_a(IDX z, IDX m, IDX k) {
+float cv_a(IDX z, IDX m, IDX k) {
     IDX b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
     IDX ci = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
     SIDX ih = SIDX((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
@@ -92,15 +100,15 @@ float mm_a(IDX z, IDX m, IDX k) {
     if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
     return X0(((b * CV_C + z * CV_CG + ci) * CV_H + IDX(ih)) * CV_W + IDX(iw));
 }
-float mm_b(IDX z, IDX k, IDX n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
-IDX mm_c(IDX z, IDX m, IDX n) {
+float cv_b(IDX z, IDX k, IDX n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * CV_KW) + k); }
+IDX cv_c(IDX z, IDX m, IDX n) {
     IDX b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
     return (b * CV_O + z * CV_OG + n) * (CV_OH * CV_OW) + p;
 }
 
 #elif MM_MAP == 2
 // m = (b, h, w) of dx, k = (o, kh, kw), n = ci within the group z.
-float mm_a(IDX z, IDX m, IDX k) {
+float cv_a(IDX z, IDX m, IDX k) {
     IDX b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
     IDX o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
     SIDX th = SIDX(p / CV_W) + CV_PH - SIDX((r / CV_KW) * CV_DH);
@@ -110,11 +118,11 @@ float mm_a(IDX z, IDX m, IDX k) {
     if (oh * CV_SH != IDX(th) || ow * CV_SW != IDX(tw) || oh >= CV_OH || ow >= CV_OW) return 0.0;
     return X0(((b * CV_O + z * CV_OG + o) * CV_OH + oh) * CV_OW + ow);
 }
-float mm_b(IDX z, IDX k, IDX n) {
+float cv_b(IDX z, IDX k, IDX n) {
     IDX o = k / (CV_KH * CV_KW), r = k % (CV_KH * CV_KW);
     return X1(((z * CV_OG + o) * CV_CG + n) * (CV_KH * CV_KW) + r);
 }
-IDX mm_c(IDX z, IDX m, IDX n) {
+IDX cv_c(IDX z, IDX m, IDX n) {
     IDX b = m / (CV_H * CV_W), p = m % (CV_H * CV_W);
     return (b * CV_C + z * CV_CG + n) * (CV_H * CV_W) + p;
 }
@@ -141,6 +149,18 @@ float mm_b(IDX z, IDX k, IDX n) {
     return X0(((b * CV_C + z * CV_CG + ci) * CV_H + IDX(ih)) * CV_W + IDX(iw));
 }
 IDX mm_c(IDX z, IDX m, IDX n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW) + n; }
+#endif
+
+#if MM_MAP == 1 || MM_MAP == 2
+#if MM_CT // the pixel-major maps above, transposed
+float mm_a(IDX z, IDX m, IDX k) { return cv_b(z, k, m); }
+float mm_b(IDX z, IDX k, IDX n) { return cv_a(z, n, k); }
+IDX mm_c(IDX z, IDX m, IDX n) { return cv_c(z, n, m); }
+#else
+float mm_a(IDX z, IDX m, IDX k) { return cv_a(z, m, k); }
+float mm_b(IDX z, IDX k, IDX n) { return cv_b(z, k, n); }
+IDX mm_c(IDX z, IDX m, IDX n) { return cv_c(z, m, n); }
+#endif
 #endif
 
 // ---- staging of one K slice: global -> registers -> shared ----------------
@@ -215,7 +235,7 @@ void main() {
         vec4 acc[MM_TM][RN];
         [[unroll]] for (uint c = 0; c < RN; c++) {
             vec4 init = vec4(0.0);
-#if MM_BIAS
+#if MM_BIAS && !MM_CT
             // conv2d bias X2[o]: the CPU reference starts each sum from it
             [[unroll]] for (uint j = 0; j < 4; j++) {
                 IDX n = n0 + c * LX * 4 + tx * 4 + j;
@@ -224,6 +244,15 @@ void main() {
 #endif
             [[unroll]] for (uint i = 0; i < MM_TM; i++) acc[i][c] = init;
         }
+#if MM_BIAS && MM_CT
+        // channel-major: the bias of row m
+        [[unroll]] for (uint r = 0; r < RM; r++)
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                IDX m = m0 + r * LY * 4 + ty * 4 + i;
+                float bv = split == 0 && m < MM_M ? X2(z * CV_OG + m) : 0.0;
+                [[unroll]] for (uint c = 0; c < RN; c++) acc[r * 4 + i][c] = vec4(bv);
+            }
+#endif
 
         if (split < KTILES) {
             load_slice(z, m0, n0, kb + IDX(split) * MM_BK, ke, l);

@@ -95,38 +95,7 @@ float red_term(IDX o, IDX l) {
 #endif
 }
 
-// Knuth's TwoSum: a + b == s + e exactly (precise: no reassociation, no fma).
-void two_sum(float a, float b, out float s, out float e) {
-    precise float t = a + b;
-    precise float bp = t - a;
-    precise float ap = t - bp;
-    precise float err = (a - ap) + (b - bp);
-    s = t;
-    e = err;
-}
-
-// (hi, lo) += v
-void dd_add(inout float hi, inout float lo, float v) {
-    float e;
-    two_sum(hi, v, hi, e);
-    precise float l = lo + e;
-    lo = l;
-}
-
-// (hi, lo) += (h2, l2), renormalised so that |lo| <= ulp(hi) / 2.
-void dd_merge(inout float hi, inout float lo, float h2, float l2) {
-    float s, e;
-    two_sum(hi, h2, s, e);
-    precise float l = (lo + l2) + e;
-    precise float h = s + l;
-    precise float r = l - (h - s);
-    bool inf = isinf(s); // an infinite sum stays (its error term is NaN)
-    hi = inf ? s : h;
-    lo = inf ? 0.0 : r;
-}
-
-// The f32 result of a (hi, lo) sum.
-float dd_value(float hi, float lo) { return isinf(hi) ? hi : hi + lo; }
+// two_sum, dd_add, dd_merge, dd_value: mathlib.glsl
 
 #if RED_OP == RED_MAX || RED_OP == RED_MAXBWD
 #define RED_ARG 1
