@@ -312,6 +312,7 @@ static int64_t wgrad_chunk(const node *w, const node *dy, int64_t groups) {
     if (knob && !strcmp(knob, "0")) return 0;
     const int64_t K = dy->shape[0] * dy->shape[2] * dy->shape[3], og = w->shape[0] / (groups > 0 ? groups : 1);
     const int64_t cols = w->shape[1] * w->shape[2] * w->shape[3];
+    if (node_numel(w) < 1 || K < 1) return 0;
     const int64_t tiles = ((og + 63) / 64) * ((cols + 63) / 64) * (groups > 0 ? groups : 1);
     int64_t parts = WGRAD_TILES / (tiles > 0 ? tiles : 1);
     if (parts > WGRAD_MAX_PARTS) parts = WGRAD_MAX_PARTS;

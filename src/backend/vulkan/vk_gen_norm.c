@@ -142,7 +142,7 @@ static mn_status gen_bn_moment(vk_kernel *k, const mn_graph *g, const node *n, c
     uint32_t local = nm_local(caps, C <= 256 ? 1024 : 256);
     while (local > 32 && local / 2 >= vals) local /= 2;
     const uint64_t lim = caps->max_groups[0] ? caps->max_groups[0] : 65535;
-    const uint64_t groups = (uint64_t)C < lim ? (uint64_t)C : lim;
+    const uint64_t groups = (uint64_t)C < 1 ? 1 : (uint64_t)C < lim ? (uint64_t)C : lim;
     uint32_t lg = 0;
     while ((1u << lg) < local) lg++;
     /* per channel of the invocation's stride: a pass and the tree */
