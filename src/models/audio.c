@@ -5,8 +5,10 @@
  * 64 bits), plain or WAVE_FORMAT_EXTENSIBLE, with a block alignment that
  * agrees with channels and bits; a data chunk that claims more bytes than
  * the file holds is refused as truncated (but 0xFFFFFFFF, a streaming
- * writer's placeholder, means "to the end"); non-finite float samples are
- * refused. Channels are averaged into one; integer samples are scaled as
+ * writer's placeholder, means "to the end"); float samples that are not
+ * finite or lie beyond +-MN_WAV_FLOAT_MAX (1e6: no recording is that loud,
+ * and such values overflow f32 once channels are summed, resampled or
+ * squared in the spectrogram) are refused. Channels are averaged into one; integer samples are scaled as
  * soundfile does (x / 2^(bits-1); 8-bit: (x - 128) / 128).
  *
  * The log-mel spectrogram is Hugging Face's WhisperFeatureExtractor (16 kHz,
@@ -34,6 +36,8 @@ void mn_audio_free(mn_audio *a) {
     free(a->pcm);
     memset(a, 0, sizeof *a);
 }
+
+#define MN_WAV_FLOAT_MAX 1e6
 
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
@@ -140,9 +144,12 @@ mn_status mn_wav_decode(mn_audio *out, const void *data, size_t len, char *err, 
                 int32_t x = (int32_t)((uint32_t)p[0] << 8 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 24) >> 8;
                 v = (double)x / 8388608.0;
             } else v = (double)(int32_t)le32(p) / 2147483648.0;
-            if (!isfinite(v)) {
+            if (!isfinite(v) || fabs(v) > MN_WAV_FLOAT_MAX) {
                 free(pcm_out);
-                hf_fmt(err, cap, "wav: sample %zu of channel %u is not finite", f, ch);
+                if (!isfinite(v)) hf_fmt(err, cap, "wav: sample %zu of channel %u is not finite", f, ch);
+                else
+                    hf_fmt(err, cap, "wav: sample %zu of channel %u is %.3g, beyond +-%g (not audio)", f, ch, v,
+                           MN_WAV_FLOAT_MAX);
                 return MN_E_FORMAT;
             }
             acc += v;
