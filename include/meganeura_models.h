@@ -623,7 +623,8 @@ mn_status mn_vla_sample(mn_model *m, mn_session *s, float *x, int64_t steps, con
 
 /* ---- audio (WAV) and Whisper's log-mel front end ------------------------------- */
 
-/* Mono f32 samples, in [-1, 1) for integer formats (float files may exceed it). */
+/* Mono f32 samples, in [-1, 1) for integer formats (float files may exceed
+ * it, up to +-1e6: larger samples are refused). */
 typedef struct mn_audio {
     int64_t samples;
     int sample_rate;
@@ -631,7 +632,8 @@ typedef struct mn_audio {
 } mn_audio;
 /* A RIFF/WAVE file from memory: PCM 8/16/24/32-bit or IEEE float 32/64,
  * plain or extensible, any number of channels (averaged into one). Hostile
- * files (truncated chunks, inconsistent formats, non-finite samples) are
+ * files (truncated chunks, inconsistent formats, non-finite samples or
+ * float samples beyond +-1e6) are
  * refused with a message in err. */
 mn_status mn_wav_decode(mn_audio *out, const void *data, size_t len, char *err, size_t errcap);
 mn_status mn_wav_load(mn_audio *out, const char *path, char *err, size_t errcap);

@@ -159,6 +159,7 @@ static void compile_graph(const mn_graph *g, const vk_caps *caps, const char *wh
                       k->groups[2] == 1,
                   "%s: groups %u x %u x %u", label, k->groups[0], k->groups[1], k->groups[2]);
         g_grid2d += k->groups[1] > 1;
+        vk_hoist_sizes(k); /* as the runtime does: the size-generic form compiles too */
         char *src = vk_codegen_source(k);
         CHECK_MSG(src != NULL, "%s: no source", label);
         if (src) {
@@ -593,6 +594,46 @@ static void test_defines(const vk_caps *caps) {
     mn_graph_destroy(g);
 }
 
+/* Size-generic kernels (vk_hoist_sizes): pointwise kernels that differ only
+ * in their element count share one source; broadcasts, 64-bit kernels and
+ * MEGANEURA_VK_GENERIC=0 keep their literals. */
+static void test_hoist(const vk_caps *caps) {
+    mn_graph *g = NULL;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    vk_kernel *k = malloc(sizeof *k), *k2 = malloc(sizeof *k2);
+    char err[256];
+    mn_tensor a = in_f(g, 2, SH(4, 3)), b = in_f(g, 2, SH(5, 7)), c = in_f(g, 1, SH(3)), y1, y2, y3, y4;
+    mn_mul(g, &y1, a, a);
+    mn_mul(g, &y2, b, b);
+    mn_add(g, &y3, a, c); /* broadcast: IX1 has strides */
+    mn_relu(g, &y4, b);
+    CHECK_OK(gen_one(k, g, y1, caps, err, sizeof err), err);
+    CHECK_OK(gen_one(k2, g, y2, caps, err, sizeof err), err);
+    CHECK(has(k, "#define Y_N 12u\n") && has(k, "#define X0_N 12u\n") && has(k2, "#define Y_N 35u\n"));
+    CHECK(vk_hoist_sizes(k) && vk_hoist_sizes(k2));
+    CHECK(k->ndims == 1 && k->dims[0] == 12 && k2->ndims == 1 && k2->dims[0] == 35);
+    CHECK(has(k, "#define Y_N pc.dim[0]\n") && !has(k, "X0_N") && !has(k, "X1_N") && !has(k, "NTHREADS"));
+    char *s1 = vk_codegen_source(k), *s2 = vk_codegen_source(k2);
+    CHECK_MSG(s1 && s2 && strcmp(s1, s2) == 0, "two multiplies of different sizes have different sources");
+    CHECK(s1 && compile_validate(s1, "hoisted mul", false));
+    free(s1), free(s2);
+    CHECK(!vk_hoist_sizes(k)); /* once */
+    CHECK_OK(gen_one(k, g, y3, caps, err, sizeof err), err);
+    CHECK(!vk_hoist_sizes(k) && k->ndims == 0 && has(k, "#define Y_N 12u\n"));
+    setenv("MEGANEURA_VK_GENERIC", "0", 1);
+    CHECK_OK(gen_one(k, g, y4, caps, err, sizeof err), err);
+    CHECK(!vk_hoist_sizes(k) && has(k, "#define Y_N 35u\n"));
+    unsetenv("MEGANEURA_VK_GENERIC");
+    vk_caps wide = *caps;
+    wide.index_max = 1;
+    wide.int64 = true;
+    CHECK_OK(gen_one(k, g, y4, &wide, err, sizeof err), err);
+    CHECK(k->idx64 && !vk_hoist_sizes(k));
+    free(k), free(k2);
+    mn_graph_destroy(g);
+}
+
 /* Helpers duplicated across templates (there is no include mechanism) must
  * stay identical: the text from the signature to the closing brace. */
 static bool same_function(const char *ta, const char *tb, const char *sig) {
@@ -733,6 +774,7 @@ int main(void) {
     const vk_caps tiny = {.subgroup_size = 16, .max_shared_bytes = 16384, .max_invocations = 64,
                           .max_groups = {64, 65535, 65535}};
     test_defines(&normal);
+    test_hoist(&normal);
     test_shared_text();
     run_all(&normal, "normal");
     g_grid2d = 0;

@@ -15,9 +15,23 @@
 
 #include "graph/attrs.h"
 
+/* A reduce_to made by reduce_to_staged, for reduce_to_reuse: batch norm's
+ * mean gradient takes the per-channel sum of dy that the bias's gradient
+ * made. (Parameter gradients never share one: two batch norms on the two
+ * branches of a residual add receive the same dy, and their bias
+ * gradients must be two tensors for the optimizer's parallel regions.) */
+typedef struct rt_memo {
+    int32_t in, out;
+} rt_memo;
+
 typedef struct adctx {
     mn_graph *g;
     const uint8_t *needs; /* per node: a gradient must flow into it */
+    const int32_t *grad;  /* per forward node: its output's gradient so far (final for nodes after the one a rule
+                           * is given: the sweep runs backwards) */
+    int32_t nfwd;         /* the forward nodes: [0, nfwd) */
+    rt_memo *memo;
+    int nmemo, capmemo;
 } adctx;
 
 typedef mn_status (*grad_fn)(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]);
@@ -70,7 +84,32 @@ static bool same_shape(const node *a, const node *b) {
 #define RT_STAGE_NOUT 1024 /* fewer outputs than this, */
 #define RT_STAGE_LEN 16384 /* each the sum of at least this many terms */
 #define RT_STAGE_MIN 32    /* and sums of at least this many in the first stage */
+static mn_status reduce_to_staged_new(adctx *c, int32_t *out, int32_t t, const node *target);
+
 static mn_status reduce_to_staged(adctx *c, int32_t *out, int32_t t, const node *target) {
+    mn_status st = reduce_to_staged_new(c, out, t, target);
+    if (st) return st;
+    if (c->nmemo == c->capmemo) {
+        const int c2 = c->capmemo ? 2 * c->capmemo : 64;
+        rt_memo *m = realloc(c->memo, (size_t)c2 * sizeof *m);
+        if (!m) return MN_OK; /* no memo: a sum asked for twice is made twice */
+        c->memo = m, c->capmemo = c2;
+    }
+    c->memo[c->nmemo++] = (rt_memo){t, *out};
+    return MN_OK;
+}
+
+/* reduce_to_staged's sum of t to target's shape if one was made, else a new one. */
+static mn_status reduce_to_reuse(adctx *c, int32_t *out, int32_t t, const node *target) {
+    for (int i = 0; i < c->nmemo; i++)
+        if (c->memo[i].in == t && same_shape(&c->g->nodes[c->memo[i].out], target)) {
+            *out = c->memo[i].out;
+            return MN_OK;
+        }
+    return reduce_to_staged(c, out, t, target);
+}
+
+static mn_status reduce_to_staged_new(adctx *c, int32_t *out, int32_t t, const node *target) {
     const node *x = &c->g->nodes[t];
     int64_t xd[4] = {1, 1, 1, 1}, od[4] = {1, 1, 1, 1}, nout = 1;
     for (int i = 0; i < x->rank; i++) xd[4 - x->rank + i] = x->shape[i];
@@ -125,10 +164,46 @@ static mn_status grad_add(adctx *c, const node *n, int32_t y, int32_t dy, int32_
     return st;
 }
 
+/* batch_norm2d's centring d = x - reshape(bn_mean(x)) (ops.c), whose
+ * forward consumers are one mul(d, w) with w [1,C,1,1] (the normalisation)
+ * and bn_meansq(d) (the variance): *mul = that mul (its gradient known),
+ * *w = its per-channel factor. */
+static bool bn_centring(const adctx *c, const node *n, int32_t y, int32_t *mul, int32_t *w) {
+    const mn_graph *g = c->g;
+    const node *t = &g->nodes[n->in[1]];
+    if (t->op != OP_RESHAPE || t->rank != 4) return false;
+    const node *mu = &g->nodes[t->in[0]];
+    if (mu->op != OP_BN_MEAN || mu->in[0] != n->in[0]) return false;
+    *mul = MN_NONE;
+    for (int32_t i = y + 1; i < c->nfwd; i++) {
+        const node *u = &g->nodes[i];
+        bool uses = false;
+        for (int k = 0; k < u->nin; k++) uses |= u->in[k] == y;
+        if (!uses || u->op == OP_BN_MEANSQ) continue;
+        const int32_t other = u->op == OP_MUL ? (u->in[0] == y ? u->in[1] : u->in[0]) : y;
+        if (u->op != OP_MUL || *mul != MN_NONE || other == y || !same_shape(&g->nodes[other], t)) return false;
+        *mul = i, *w = other;
+    }
+    return *mul != MN_NONE && c->grad[*mul] != MN_NONE;
+}
+
+/* y = a - b: da = dy, db = -dy, each summed down to its input's shape.
+ * For batch norm's centring (bn_centring) the per-channel sum of dd, the
+ * gradient of d, is w * (the sum of the normalisation's output gradient):
+ * its other term, from the variance, is a per-channel factor times the sum
+ * of d, which is 0 (d is x less its exact mean). So the mean's gradient
+ * takes the per-channel sum of dy that the bias's gradient made
+ * (reduce_to_reuse) instead of a third pass over [N,C,H,W], and dd
+ * keeps one consumer (the pointwise dx). */
 static mn_status grad_sub(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     mn_status st = MN_OK;
-    int32_t t;
+    int32_t t, mul, w;
     if (need(c, n, 0) && (st = unbroadcast(c, &dx[0], dy, n, 0))) return st;
+    if (need(c, n, 1) && bn_centring(c, n, y, &mul, &w)) {
+        const node target = c->g->nodes[n->in[1]];
+        if ((st = reduce_to_reuse(c, &t, c->grad[mul], &target)) || (st = mn_mul(c->g, &t, t, w))) return st;
+        return mn_neg(c->g, &dx[1], t);
+    }
     if (need(c, n, 1)) {
         if ((st = unbroadcast(c, &t, dy, n, 1))) return st;
         st = mn_neg(c->g, &dx[1], t);
@@ -557,7 +632,11 @@ static mn_status grad_upsample_nearest2d(adctx *c, const node *n, int32_t y, int
 
 /* bn_mean (x) and bn_meansq (d), [N,C,H,W] -> [C] over cnt = N*H*W values
  * per channel: dx = dy / cnt, dd = 2 d dy / cnt, broadcast over the
- * channel; members of one pointwise kernel with the other gradients. */
+ * channel; members of one pointwise kernel with the other gradients. dy
+ * goes to [1,C,1,1] first (a [C] gradient that is a reshape of a
+ * [1,C,1,1] tensor, as batch norm's mean gradient is, is that tensor), so
+ * the scale and whatever pointwise op made dy broadcast into the [N,C,H,W]
+ * kernel instead of running as kernels of C elements. */
 static mn_status grad_bn_moment(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     (void)y;
     if (!need(c, n, 0)) return MN_OK;
@@ -567,8 +646,13 @@ static mn_status grad_bn_moment(adctx *c, const node *n, int32_t y, int32_t dy, 
     const int64_t c4[4] = {1, x.shape[1], 1, 1};
     const double cnt = (double)x.shape[0] * (double)x.shape[2] * (double)x.shape[3];
     int32_t d;
-    mn_status st = mn_scale(c->g, &d, dy, (float)((sq ? 2.0 : 1.0) / cnt));
-    st = st ? st : mn_reshape(c->g, &d, d, 4, c4);
+    const node *dn = &c->g->nodes[dy], *src = dn->op == OP_RESHAPE ? &c->g->nodes[dn->in[0]] : NULL;
+    mn_status st = MN_OK;
+    if (src && src->rank == 4 && src->shape[0] == 1 && src->shape[1] == c4[1] && src->shape[2] == 1 && src->shape[3] == 1)
+        d = dn->in[0];
+    else
+        st = mn_reshape(c->g, &d, dy, 4, c4);
+    st = st ? st : mn_scale(c->g, &d, d, (float)((sq ? 2.0 : 1.0) / cnt));
     if (!sq) return st ? st : helper(c, &dx[0], OP_BROADCAST, 1, &d, &x, NULL);
     return st ? st : mn_mul(c->g, &dx[0], xi, d);
 }
@@ -634,6 +718,7 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
     g->raw_ids = true;
     uint8_t *needs = calloc((size_t)nfwd, 1), *reach = calloc((size_t)nfwd, 1);
     int32_t *grad = malloc((size_t)nfwd * sizeof *grad);
+    adctx c = {g, needs, grad, nfwd, NULL, 0, 0};
     mn_status st = MN_OK;
     if (!needs || !reach || !grad) {
         st = graph_fail(g, MN_E_NOMEM, "autodiff: out of memory");
@@ -653,7 +738,6 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
         if (reach[i])
             for (int k = 0; k < g->nodes[i].nin; k++) reach[g->nodes[i].in[k]] = 1;
 
-    adctx c = {g, needs};
     if (needs[loss]) { /* d loss / d loss = 1, in the loss's own shape ([] or [1], [1,1], ...) */
         float one = 1.0f;
         node ln = g->nodes[loss];
@@ -683,6 +767,7 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
     for (int32_t i = nfwd; i < g->n; i++) g->nodes[i].flags |= NODE_F_BACKWARD;
 done:
     g->raw_ids = raw;
+    free(c.memo);
     free(needs);
     free(reach);
     if (st) {

@@ -38,7 +38,7 @@ typedef struct node_rt {
     int32_t pipe; /* index into pipes, -1: nothing to dispatch */
     int32_t lay;  /* index into lays: its descriptor-set and pipeline layouts */
     uint32_t groups[3];
-    uint32_t push[8];
+    uint32_t push[8 + VK_DIMS]; /* pc.off[8], then pc.dim (vk_hoist_sizes) */
     VkDescriptorSet set; /* binding j: the tensor opnd[j] */
     /* the dispatch's operands: opnd[0] = the output (the node), then the
      * inputs (the node's, or a fused group's input tensors, kir.h) */

@@ -169,6 +169,58 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
+bool vk_hoist_sizes(vk_kernel *k) {
+    if (!k->tmpl || k->idx64 || k->ndims || k->overflow ||
+        (strcmp(k->tmpl, "eltwise") != 0 && strcmp(k->tmpl, "ema_update") != 0) || strstr(k->defines, "_PAGES"))
+        return false;
+    const char *off = getenv("MEGANEURA_VK_GENERIC");
+    if (off && strcmp(off, "0") == 0) return false;
+    /* every input at the output's index, and one literal element count */
+    unsigned long long yn = 0;
+    bool have_y = false;
+    for (const char *l = k->defines; *l;) {
+        const char *e = strchr(l, '\n');
+        const size_t len = e ? (size_t)(e - l) : strlen(l);
+        int ix;
+        char want[48];
+        if (sscanf(l, "#define IX%d(", &ix) == 1 &&
+            ((size_t)snprintf(want, sizeof want, "#define IX%d(i) (i)", ix) != len || strncmp(l, want, len) != 0))
+            return false;
+        if (!strncmp(l, "#define Y_N ", 12)) {
+            char *end;
+            yn = strtoull(l + 12, &end, 10);
+            if (end == l + 12 || *end != 'u' || end + 1 != l + len || yn > UINT32_MAX) return false;
+            have_y = true;
+        }
+        l += len + (e != NULL);
+    }
+    if (!have_y) return false;
+    /* rewrite: Y_N from the push constants, X<k>_N and NTHREADS dropped */
+    char *out = malloc(k->dlen + 64);
+    if (!out) return false;
+    size_t at = 0;
+    for (const char *l = k->defines; *l;) {
+        const char *e = strchr(l, '\n');
+        const size_t len = e ? (size_t)(e - l) + 1 : strlen(l);
+        int xi;
+        char c;
+        if (!strncmp(l, "#define Y_N ", 12)) at += (size_t)sprintf(out + at, "#define Y_N pc.dim[0]\n");
+        else if (!strncmp(l, "#define NTHREADS ", 17) || (sscanf(l, "#define X%d_N%c", &xi, &c) == 2 && c == ' ')) {
+        } else {
+            memcpy(out + at, l, len);
+            at += len;
+        }
+        l += len;
+    }
+    out[at] = 0;
+    memcpy(k->defines, out, at + 1);
+    k->dlen = at;
+    free(out);
+    k->dims[0] = (uint32_t)yn;
+    k->ndims = 1;
+    return true;
+}
+
 void vk_kernel_clear(vk_kernel *k) {
     free(k->code);
     memset(k, 0, sizeof *k);

@@ -39,7 +39,7 @@ static mn_status get_layout(vkb *b, const uint32_t *count, int32_t *out, char *e
     li.pBindings = bind;
     b->nlays++; /* destroyed with the rest, made or not */
     VKCHECK(vkCreateDescriptorSetLayout(b->c.device, &li, b->c.alloc, &e->dsl), "vkCreateDescriptorSetLayout");
-    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 8 * sizeof(uint32_t)};
+    VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, (8 + VK_DIMS) * sizeof(uint32_t)};
     VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
     pi.setLayoutCount = 1;
     pi.pSetLayouts = &e->dsl;
@@ -421,6 +421,8 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             rt->nopnd = (uint8_t)(1 + n->nin);
         }
         if (!k->tmpl) continue;
+        vk_hoist_sizes(k); /* sizes in push constants where it costs nothing */
+        for (int j = 0; j < VK_DIMS; j++) rt->push[8 + j] = j < k->ndims ? k->dims[j] : 0;
         char *src = vk_codegen_source(k);
         free(k->code);
         k->code = NULL;

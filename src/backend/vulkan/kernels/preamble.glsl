@@ -103,7 +103,10 @@ layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5;
 // off[0]: output, off[1 + i]: input i; in 4-byte elements from the start of
 // the operand's binding (0 unless its offset is not a multiple of
 // minStorageBufferOffsetAlignment; 0 for a paged operand).
-layout(push_constant) uniform PushConstants { uint off[8]; } pc;
+// dim[0..3]: sizes of a size-generic kernel (vk_hoist_sizes: `#define Y_N
+// pc.dim[0]` instead of a literal), so that one pipeline serves every node
+// whose kernel differs only in them; unused otherwise.
+layout(push_constant) uniform PushConstants { uint off[8]; uint dim[4]; } pc;
 
 #define MN_PG_MASK(S) ((1u << (S)) - 1u)
 #ifndef MN_IDX64
