@@ -29,7 +29,8 @@
  *           --shared-device: one mn_device opened first (its time printed
  *           apart) serves every build, as in an application that keeps its
  *           device; else each build opens its own. MEGANEURA_PROFILE=1
- *           prints each build's phases.
+ *           prints each build's phases; "kernels" lists each build's
+ *           distinct kernels (pipelines; 0 on the cpu backend).
  *   resnet  with --resnet N (default 0: skipped): N training-session builds
  *           (SGD momentum 0.9) of ResNet-50 at batch 2, 64 x 64 images
  *           (--image S for S x S) on --backend; the first with an empty
@@ -213,6 +214,7 @@ static void bench_smollm(int reps, mn_backend_kind backend, bool shared) {
            "\"shared_device\":%s,\"device_open_ms\":%.1f,\"session_train_ms\":[",
            backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)mn_llama_numel(m), th ? th : "", graph_ms,
            shared ? "true" : "false", dev_ms);
+    int kernels[16] = {0}; /* distinct kernels (pipelines) of each build */
     for (int r = 0; r < reps; r++) {
         mn_session_options o = mn_session_default_options();
         o.backend = backend;
@@ -224,8 +226,13 @@ static void bench_smollm(int reps, mn_backend_kind backend, bool shared) {
         if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
         printf("%s%.1f", r ? "," : "", now_ms() - t0);
         fflush(stdout);
+        mn_kernel_stats ks = {0};
+        mn_session_kernel_stats(s, &ks);
+        if (r < 16) kernels[r] = ks.compiled + ks.cached + ks.bundled;
         mn_session_destroy(s);
     }
+    printf("],\"kernels\":[");
+    for (int r = 0; r < reps && r < 16; r++) printf("%s%d", r ? "," : "", kernels[r]);
     printf("]}\n");
     fflush(stdout);
     mn_device_close(dev);
@@ -261,6 +268,7 @@ static void bench_resnet(int reps, int64_t image, mn_backend_kind backend, bool 
            "\"graph_ms\":%.1f,\"shared_device\":%s,\"device_open_ms\":%.1f,\"session_train_ms\":[",
            backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)image, (long long)mn_model_numel(m), graph_ms,
            shared ? "true" : "false", dev_ms);
+    int kernels[16] = {0}; /* distinct kernels (pipelines) of each build */
     for (int r = 0; r < reps; r++) {
         mn_session_options o = mn_session_default_options();
         o.backend = backend;
@@ -273,8 +281,13 @@ static void bench_resnet(int reps, int64_t image, mn_backend_kind backend, bool 
         if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
         printf("%s%.1f", r ? "," : "", now_ms() - t0);
         fflush(stdout);
+        mn_kernel_stats ks = {0};
+        mn_session_kernel_stats(s, &ks);
+        if (r < 16) kernels[r] = ks.compiled + ks.cached + ks.bundled;
         mn_session_destroy(s);
     }
+    printf("],\"kernels\":[");
+    for (int r = 0; r < reps && r < 16; r++) printf("%s%d", r ? "," : "", kernels[r]);
     printf("]}\n");
     fflush(stdout);
     mn_device_close(dev);

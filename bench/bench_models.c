@@ -1,7 +1,8 @@
 /* bench_models.c - the model workloads of meganeura_bench (issue 11): the
  * paper's five at its shapes plus larger training batches, built with the
  * builders of include/meganeura_models.h, strict f32, random weights and
- * inputs. For each: session build time (cold kernel cache, then warm), the
+ * inputs. For each: session build time (cold kernel cache, then warm) and
+ * the distinct kernels of the training session (train_kernels), the
  * median and minimum training step (inputs uploaded, forward, backward,
  * optimizer) and inference run (inputs uploaded, forward) over --runs
  * after --warmup, and the peak memory of both sessions. One JSON line each;
@@ -205,6 +206,8 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     built tr = build(w, true), inf = build(w, false);
     double cold, warm, ibuild, tmed, tmin, imed, imin;
     mn_session *s = open_session(&tr, w, be, dev, true, nf, &cold);
+    mn_kernel_stats ks = {0};
+    mn_session_kernel_stats(s, &ks); /* the cold build: every distinct kernel compiled */
     mn_session_destroy(s);
     s = open_session(&tr, w, be, dev, true, nf, &warm);
     time_it(s, &tr, true, warmup, runs, &tmed, &tmin);
@@ -219,9 +222,9 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"params\":%lld,\"device_open_ms\":%.2f,"
            "\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,\"build_infer_ms\":%.2f,\"train_ms_median\":%.4f,"
            "\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,\"train_peak_bytes\":%zu,"
-           "\"infer_peak_bytes\":%zu}\n",
+           "\"infer_peak_bytes\":%zu,\"train_kernels\":%d}\n",
            w->name, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", nfn[nf], (long long)mn_model_numel(tr.m), dev_ms, cold,
-           warm, ibuild, tmed, tmin, imed, imin, tpeak, ipeak);
+           warm, ibuild, tmed, tmin, imed, imin, tpeak, ipeak, ks.compiled + ks.cached + ks.bundled);
     fflush(stdout);
     unbuild(&tr);
     unbuild(&inf);

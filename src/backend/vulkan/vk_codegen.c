@@ -169,12 +169,46 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
-bool vk_hoist_sizes(vk_kernel *k) {
-    if (!k->tmpl || k->idx64 || k->ndims || k->overflow ||
-        (strcmp(k->tmpl, "eltwise") != 0 && strcmp(k->tmpl, "ema_update") != 0) || strstr(k->defines, "_PAGES"))
-        return false;
+bool vk_generic_on(void) {
     const char *off = getenv("MEGANEURA_VK_GENERIC");
-    if (off && strcmp(off, "0") == 0) return false;
+    return !(off && strcmp(off, "0") == 0);
+}
+
+/* Drops the X<k>_N and NTHREADS defines of k (and Y_N, or makes it
+ * pc.dim[0] when y_dim): a size-generic kernel reads no literal size. */
+static bool strip_sizes(vk_kernel *k, bool y_dim) {
+    char *out = malloc(k->dlen + 64);
+    if (!out) return false;
+    size_t at = 0;
+    for (const char *l = k->defines; *l;) {
+        const char *e = strchr(l, '\n');
+        const size_t len = e ? (size_t)(e - l) + 1 : strlen(l);
+        int xi;
+        char c;
+        if (!strncmp(l, "#define Y_N ", 12)) {
+            if (y_dim) at += (size_t)sprintf(out + at, "#define Y_N pc.dim[0]\n");
+        } else if (!strncmp(l, "#define NTHREADS ", 17) || (sscanf(l, "#define X%d_N%c", &xi, &c) == 2 && c == ' ')) {
+        } else {
+            memcpy(out + at, l, len);
+            at += len;
+        }
+        l += len;
+    }
+    out[at] = 0;
+    memcpy(k->defines, out, at + 1);
+    k->dlen = at;
+    free(out);
+    k->generic = true;
+    return true;
+}
+
+bool vk_hoist_sizes(vk_kernel *k) {
+    if (!k->tmpl || k->generic || k->idx64 || k->overflow || strstr(k->defines, "_PAGES") || !vk_generic_on())
+        return false;
+    /* a generator that made its kernel size-generic (pc.dim set): the
+     * element-count defines go (its template reads none) */
+    if (k->ndims) return strip_sizes(k, false);
+    if (strcmp(k->tmpl, "eltwise") != 0 && strcmp(k->tmpl, "ema_update") != 0) return false;
     /* every input at the output's index, and one literal element count */
     unsigned long long yn = 0;
     bool have_y = false;
@@ -194,28 +228,7 @@ bool vk_hoist_sizes(vk_kernel *k) {
         }
         l += len + (e != NULL);
     }
-    if (!have_y) return false;
-    /* rewrite: Y_N from the push constants, X<k>_N and NTHREADS dropped */
-    char *out = malloc(k->dlen + 64);
-    if (!out) return false;
-    size_t at = 0;
-    for (const char *l = k->defines; *l;) {
-        const char *e = strchr(l, '\n');
-        const size_t len = e ? (size_t)(e - l) + 1 : strlen(l);
-        int xi;
-        char c;
-        if (!strncmp(l, "#define Y_N ", 12)) at += (size_t)sprintf(out + at, "#define Y_N pc.dim[0]\n");
-        else if (!strncmp(l, "#define NTHREADS ", 17) || (sscanf(l, "#define X%d_N%c", &xi, &c) == 2 && c == ' ')) {
-        } else {
-            memcpy(out + at, l, len);
-            at += len;
-        }
-        l += len;
-    }
-    out[at] = 0;
-    memcpy(k->defines, out, at + 1);
-    k->dlen = at;
-    free(out);
+    if (!have_y || !strip_sizes(k, true)) return false;
     k->dims[0] = (uint32_t)yn;
     k->ndims = 1;
     return true;

@@ -135,13 +135,14 @@ typedef struct vk_kernel {
      * per node, by the runtime; ndims 0 for other kernels */
     uint32_t dims[VK_DIMS];
     int ndims;
+    bool generic; /* vk_hoist_sizes rewrote the defines */
 } vk_kernel;
 
 /* Makes k size-generic where that costs nothing at run time: an eltwise
  * (pointwise, fused pointwise) or ema_update kernel with 32-bit indices, no
  * paged operand and every input read at the output's index (IX<k>(i) is
  * (i): no broadcast or permute strides) depends on its size only through
- * its bounds check. Its Y_N becomes pc.dim[0] (k->dims[0] = the element
+ * its bounds check (bn_moment's generator does the same for its sizes). Its Y_N becomes pc.dim[0] (k->dims[0] = the element
  * count) and the unused X<k>_N and NTHREADS defines go, so kernels that
  * differ only in their size share one source, one SPIR-V binary and one
  * pipeline (ResNet-50 training: 267 -> 213 pipelines). Kernels with
@@ -149,6 +150,10 @@ typedef struct vk_kernel {
  * costs more than the compile it saves). MEGANEURA_VK_GENERIC=0 turns it
  * off. Returns true if it rewrote k. */
 bool vk_hoist_sizes(vk_kernel *k);
+/* False when MEGANEURA_VK_GENERIC=0: generators that make their own kernels
+ * size-generic (bn_moment: sizes in pc.dim, one pipeline per workgroup
+ * size) ask it too. */
+bool vk_generic_on(void);
 
 /* Frees k->code and zeroes k. */
 void vk_kernel_clear(vk_kernel *k);

@@ -134,11 +134,24 @@ static mn_status gen_bn_moment(vk_kernel *k, const mn_graph *g, const node *n, c
     char lit[48];
     k->tmpl = "bn_moment";
     vk_def(k, "BN_SQ", "%d", sq);
-    vk_def_i(k, "BN_N", N);
-    vk_def_i(k, "BN_C", C);
-    vk_def_i(k, "BN_HW", HW);
-    vk_float_literal(lit, sizeof lit, (float)vals);
-    vk_def(k, "BN_CNT_F", "%s", lit);
+    if (!k->idx64 && !strstr(k->defines, "_PAGES") && vk_generic_on() && vals <= UINT32_MAX) {
+        /* size-generic (vk_hoist_sizes): one pipeline per workgroup size */
+        const float cnt = (float)vals;
+        uint32_t bits;
+        memcpy(&bits, &cnt, sizeof bits);
+        k->dims[0] = (uint32_t)N, k->dims[1] = (uint32_t)C, k->dims[2] = (uint32_t)HW, k->dims[3] = bits;
+        k->ndims = 4;
+        vk_def(k, "BN_N", "pc.dim[0]");
+        vk_def(k, "BN_C", "pc.dim[1]");
+        vk_def(k, "BN_HW", "pc.dim[2]");
+        vk_def(k, "BN_CNT_F", "uintBitsToFloat(pc.dim[3])");
+    } else {
+        vk_def_i(k, "BN_N", N);
+        vk_def_i(k, "BN_C", C);
+        vk_def_i(k, "BN_HW", HW);
+        vk_float_literal(lit, sizeof lit, (float)vals);
+        vk_def(k, "BN_CNT_F", "%s", lit);
+    }
     uint32_t local = nm_local(caps, C <= 256 ? 1024 : 256);
     while (local > 32 && local / 2 >= vals) local /= 2;
     const uint64_t lim = caps->max_groups[0] ? caps->max_groups[0] : 65535;

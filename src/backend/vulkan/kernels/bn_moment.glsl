@@ -8,8 +8,11 @@
 // pixels); a double-f32 (hi, lo) sum per invocation and through a tree in
 // shared memory (mathlib.glsl), within about 2^-44 of the terms of the
 // CPU's double sum.
-// Defines (vk_gen_norm.c): BN_N, BN_C, BN_HW, BN_CNT_F (N*H*W, a float
-// literal), BN_SQ.
+// Defines (vk_gen_norm.c): BN_N, BN_C, BN_HW, BN_CNT_F (N*H*W as a float),
+// BN_SQ; the sizes are literals, or push constants (pc.dim, BN_CNT_F as its
+// bits) in the size-generic form, so the loop divides by nothing per value:
+// (n, p) of e = n*H*W + p advance by the constant (LOCAL_X / HW, LOCAL_X %
+// HW) with one carry.
 //
 // Does not: use atomics.
 
@@ -18,10 +21,17 @@ shared float sh_lo[LOCAL_X];
 
 void main() {
     uint lid = gl_LocalInvocationIndex;
-    for (IDX c = gl_WorkGroupID.x; c < BN_C; c += gl_NumWorkGroups.x) {
+    const IDX hw = IDX(BN_HW), dn = IDX(LOCAL_X) / hw, dp = IDX(LOCAL_X) % hw;
+    for (IDX c = gl_WorkGroupID.x; c < IDX(BN_C); c += gl_NumWorkGroups.x) {
         float hi = 0.0, lo = 0.0;
-        for (IDX e = lid; e < BN_N * BN_HW; e += LOCAL_X) {
-            float v = X0(((e / BN_HW) * BN_C + c) * BN_HW + e % BN_HW);
+        for (IDX n = IDX(lid) / hw, p = IDX(lid) % hw; n < IDX(BN_N);) {
+            float v = X0((n * IDX(BN_C) + c) * hw + p);
+            p += dp;
+            n += dn;
+            if (p >= hw) {
+                p -= hw;
+                n++;
+            }
 #if BN_SQ
             precise float v2 = v * v;
             v = v2;
