@@ -243,8 +243,17 @@ static mn_status grad_neg(adctx *c, const node *n, int32_t y, int32_t dy, int32_
     return mn_neg(c->g, &dx[0], dy);
 }
 
+/* dx = unary_bwd(x, y, dy). Ops whose derivative reads only y (exp, sqrt,
+ * rsqrt, sigmoid, tanh; relu's x > 0 is y > 0, NaN included: relu(NaN) =
+ * 0) get y in x's place: the backward then keeps no x alive, so x's
+ * producer and the op fold into one forward kernel (batch norm's affine
+ * add and the ReLU after it; the eps add and the rsqrt of the variance). */
+static bool dunary_of_y(op_id op) {
+    return op == OP_RELU || op == OP_EXP || op == OP_SQRT || op == OP_RSQRT || op == OP_SIGMOID || op == OP_TANH;
+}
+
 static mn_status grad_unary(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
-    int32_t in[3] = {n->in[0], y, dy};
+    int32_t in[3] = {dunary_of_y(n->op) ? y : n->in[0], y, dy};
     node q = params_node();
     bwd_of_set(&q, n->op);
     return helper(c, &dx[0], OP_UNARY_BWD, 3, in, n, &q);
