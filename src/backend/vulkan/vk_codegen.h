@@ -91,6 +91,10 @@ typedef struct vk_caps {
      * end (lavapipe: 65535). Generators keep the serial iterations of an
      * invocation below it or refuse the node. 0: no limit */
     uint32_t loop_limit;
+    /* a CPU implementation (lavapipe): every pipeline becomes machine code
+     * at each session build, even from a warm cache, so kernels whose
+     * size-generic form runs slower on a GPU take it here (bn_moment) */
+    bool cpu_device;
 } vk_caps;
 
 #define VK_INDEX_MAX_DEFAULT ((int64_t)INT32_MAX)
@@ -151,8 +155,9 @@ typedef struct vk_kernel {
  * off. Returns true if it rewrote k. */
 bool vk_hoist_sizes(vk_kernel *k);
 /* False when MEGANEURA_VK_GENERIC=0: generators that make their own kernels
- * size-generic (bn_moment: sizes in pc.dim, one pipeline per workgroup
- * size) ask it too. */
+ * size-generic ask it too (bn_moment: sizes in pc.dim, one pipeline per
+ * workgroup size; on CPU devices only, as the H200 ran it at 24 us a call
+ * against 15 for the literal form, run Q of docs/PERF.md). */
 bool vk_generic_on(void);
 
 /* Frees k->code and zeroes k. */

@@ -265,6 +265,7 @@ static void read_caps(VkInstance inst, VkPhysicalDevice d, const VkPhysicalDevic
                                   ? p->limits.maxPerStageDescriptorStorageBuffers
                                   : p->limits.maxDescriptorSetStorageBuffers;
     caps->subgroup_size = sg.subgroupSize;
+    caps->cpu_device = p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const VkSubgroupFeatureFlags sg_need =
         VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     caps->subgroup_arith =

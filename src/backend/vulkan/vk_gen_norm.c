@@ -134,8 +134,11 @@ static mn_status gen_bn_moment(vk_kernel *k, const mn_graph *g, const node *n, c
     char lit[48];
     k->tmpl = "bn_moment";
     vk_def(k, "BN_SQ", "%d", sq);
-    if (!k->idx64 && !strstr(k->defines, "_PAGES") && vk_generic_on() && vals <= UINT32_MAX) {
-        /* size-generic (vk_hoist_sizes): one pipeline per workgroup size */
+    if (caps->cpu_device && !k->idx64 && !strstr(k->defines, "_PAGES") && vk_generic_on() && vals <= UINT32_MAX) {
+        /* size-generic (vk_hoist_sizes): one pipeline per workgroup size,
+         * on a CPU device (lavapipe), where a pipeline costs more than the
+         * loop's run-time bounds; a GPU runs the literal form faster */
+        vk_def(k, "BN_GENERIC", "1");
         const float cnt = (float)vals;
         uint32_t bits;
         memcpy(&bits, &cnt, sizeof bits);

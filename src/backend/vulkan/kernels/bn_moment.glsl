@@ -9,10 +9,10 @@
 // shared memory (mathlib.glsl), within about 2^-44 of the terms of the
 // CPU's double sum.
 // Defines (vk_gen_norm.c): BN_N, BN_C, BN_HW, BN_CNT_F (N*H*W as a float),
-// BN_SQ; the sizes are literals, or push constants (pc.dim, BN_CNT_F as its
-// bits) in the size-generic form, so the loop divides by nothing per value:
-// (n, p) of e = n*H*W + p advance by the constant (LOCAL_X / HW, LOCAL_X %
-// HW) with one carry.
+// BN_SQ; the sizes are literals, or with BN_GENERIC push constants (pc.dim,
+// BN_CNT_F as its bits; CPU devices), where the loop divides by nothing per
+// value: (n, p) of e = n*H*W + p advance by the constant (LOCAL_X / HW,
+// LOCAL_X % HW) with one carry. Both visit the same e in the same order.
 //
 // Does not: use atomics.
 
@@ -21,9 +21,12 @@ shared float sh_lo[LOCAL_X];
 
 void main() {
     uint lid = gl_LocalInvocationIndex;
+#ifdef BN_GENERIC
     const IDX hw = IDX(BN_HW), dn = IDX(LOCAL_X) / hw, dp = IDX(LOCAL_X) % hw;
+#endif
     for (IDX c = gl_WorkGroupID.x; c < IDX(BN_C); c += gl_NumWorkGroups.x) {
         float hi = 0.0, lo = 0.0;
+#ifdef BN_GENERIC
         for (IDX n = IDX(lid) / hw, p = IDX(lid) % hw; n < IDX(BN_N);) {
             float v = X0((n * IDX(BN_C) + c) * hw + p);
             p += dp;
@@ -32,6 +35,10 @@ void main() {
                 p -= hw;
                 n++;
             }
+#else
+        for (IDX e = lid; e < BN_N * BN_HW; e += LOCAL_X) {
+            float v = X0(((e / BN_HW) * BN_C + c) * BN_HW + e % BN_HW);
+#endif
 #if BN_SQ
             precise float v2 = v * v;
             v = v2;
