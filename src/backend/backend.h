@@ -81,6 +81,12 @@ typedef struct backend_vtable {
      * any storage format) without moving its bytes from the host; ordered
      * with write like another write. */
     mn_status (*fill)(void *b, int32_t node, uint32_t pattern, char *err, size_t cap);
+    /* Optional: *ptr = host memory holding the node's bytes (bytes of them,
+     * contiguous), which the caller may fill instead of calling write, until
+     * its next call into the backend; ordered after earlier writes and
+     * fills. *ptr NULL (MN_OK) when the backend cannot: write then. The CPU
+     * arenas, and on Vulkan a unified-memory device's mapped arenas. */
+    mn_status (*map_write)(void *b, int32_t node, size_t bytes, void **ptr, char *err, size_t cap);
     /* Runs nodes[0..n) (a subsequence of program.order) in that order. */
     mn_status (*execute)(void *b, const int32_t *nodes, int32_t n, char *err, size_t cap);
     /* Optional (NULL for backends without a device to share). */

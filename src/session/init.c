@@ -11,8 +11,10 @@
  *                  counters 2*(i/2), 2*(i/2)+1 (mn_ctr_normal2, float)
  * Random parameters are computed in batches of about BATCH_VALUES values,
  * each batch split into equal ranges of values across mn_thread_count()
- * threads (MEGANEURA_THREADS), then written through the backend (one copy
- * into its upload path). Zeros (ZEROS parameters, optimizer state, other
+ * threads (MEGANEURA_THREADS), straight into the backend's memory where it
+ * offers it (map_write: the CPU arenas, a unified-memory Vulkan device's
+ * mapped arenas), else into a buffer then written through the backend (one
+ * copy into its upload path). Zeros (ZEROS parameters, optimizer state, other
  * state such as KV caches, inputs) and CONSTANT parameters are filled by
  * the backend (vkCmdFillBuffer on Vulkan): no bytes move from the host.
  *
@@ -33,6 +35,7 @@ typedef struct init_job {
     double a, b;   /* uniform: lo, hi - lo; normal: mean, std */
     int64_t count; /* values */
     int64_t first; /* offset of its values in the batch buffer */
+    float *dst;    /* the backend's memory for them (map_write), or NULL: the batch buffer, then write */
 } init_job;
 
 typedef struct init_slice {
@@ -106,7 +109,7 @@ static void *run_slice(void *arg) {
         const init_job *j = &sl->jobs[k];
         int64_t lo = sl->lo > j->first ? sl->lo : j->first;
         int64_t hi = sl->hi < j->first + j->count ? sl->hi : j->first + j->count;
-        if (lo < hi) gen_range(j, lo - j->first, hi - j->first, sl->buf + lo);
+        if (lo < hi) gen_range(j, lo - j->first, hi - j->first, j->dst ? j->dst + (lo - j->first) : sl->buf + lo);
     }
     return NULL;
 }
@@ -171,9 +174,21 @@ static mn_status write_random(mn_session *s, init_job *jobs, int n) {
             }
         }
         double t0 = mn_now_us();
-        gen_batch(jobs + k, e - k, total, buf, nthreads);
+        /* straight into the backend's memory where it lets us (the CPU's
+         * arenas, a unified-memory GPU's): computed and placed by the same
+         * threads, no copy */
+        for (int j = k; j < e && !st; j++) {
+            void *p = NULL;
+            jobs[j].dst = NULL;
+            if (!s->iopt.f64 && s->be->map_write &&
+                !(st = s->be->map_write(s->bk, jobs[j].id, (size_t)jobs[j].count * sizeof(float), &p, s->err,
+                                        sizeof s->err)))
+                jobs[j].dst = p;
+        }
+        if (!st) gen_batch(jobs + k, e - k, total, buf, nthreads);
         double t1 = mn_now_us();
-        for (; k < e && !st; k++) st = session_write_f32(s, jobs[k].id, buf + jobs[k].first, (size_t)jobs[k].count);
+        for (; k < e && !st; k++)
+            if (!jobs[k].dst) st = session_write_f32(s, jobs[k].id, buf + jobs[k].first, (size_t)jobs[k].count);
         s->phase_ms[6] += (t1 - t0) / 1e3;
         s->phase_ms[7] += (mn_now_us() - t1) / 1e3;
     }

@@ -227,6 +227,17 @@ static mn_status cpu_write(void *b, int32_t id, const void *src, size_t bytes, c
     return MN_OK;
 }
 
+static mn_status cpu_map_write(void *b, int32_t id, size_t bytes, void **ptr, char *err, size_t cap) {
+    cpu_backend *cb = b;
+    const mp_slot *s;
+    *ptr = NULL;
+    mn_status st = cpu_io_slot(cb, id, bytes, "write", &s, err, cap);
+    if (st != MN_OK || !bytes) return st;
+    cb->clean[s->arena] = false;
+    *ptr = cpu_ptr(cb, s);
+    return MN_OK;
+}
+
 static mn_status cpu_read(void *b, int32_t id, void *dst, size_t bytes, char *err, size_t cap) {
     const cpu_backend *cb = b;
     const mp_slot *s;
@@ -300,5 +311,6 @@ const backend_vtable backend_cpu = {
     .write = cpu_write,
     .read = cpu_read,
     .fill = cpu_fill,
+    .map_write = cpu_map_write,
     .execute = cpu_execute,
 };

@@ -347,6 +347,23 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
     }
     int k = rb_index(b, id);
     if (k >= 0) b->rb_fresh[k] = false; /* the host overwrites it */
+    if (b->maps[s->arena]) {
+        /* unified memory: straight into the mapped arena, after the uploads
+         * and fills queued before (they must not land later); the device is
+         * idle (settled), and a coherent write before the next submission
+         * is visible to it */
+        if ((st = flush_uploads(b, err, cap))) return st;
+        double t0 = b->profile ? mn_now_us() : 0;
+        for (size_t done = 0; done < bytes;) { /* one piece per arena chunk (a paged tensor) */
+            const VkDeviceSize at = s->offset + done, in = at % b->chunk;
+            size_t piece = bytes - done;
+            if (piece > b->chunk - in) piece = (size_t)(b->chunk - in);
+            memcpy(b->maps[s->arena][at / b->chunk] + in, (const unsigned char *)src + done, piece);
+            done += piece;
+        }
+        if (b->profile) b->host_copy_us += mn_now_us() - t0;
+        return MN_OK;
+    }
     size_t done = 0;
     while (done < bytes) {
         if (b->staging_used >= b->staging_size || b->npending == b->cap_pending) {
@@ -374,6 +391,25 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
         b->staging_used = (b->staging_used + chunk + 15) & ~(VkDeviceSize)15;
         done += chunk;
     }
+    return MN_OK;
+}
+
+/* The mapped arena bytes of a node that lies in one chunk of a mapped
+ * arena (unified memory), after the uploads and fills queued before; NULL
+ * otherwise. */
+static mn_status vkb_map_write(void *bp, int32_t id, size_t bytes, void **ptr, char *err, size_t cap) {
+    vkb *b = bp;
+    *ptr = NULL;
+    mn_status st = check_usable(b, err, cap);
+    if (st || (st = settle(b, err, cap))) return st;
+    const mp_slot *s = &b->p->plan->slots[id];
+    if (s->arena < 0 || bytes != s->bytes || !bytes || !b->maps[s->arena] ||
+        s->offset % b->chunk + bytes > b->chunk)
+        return MN_OK;
+    if ((st = flush_uploads(b, err, cap))) return st;
+    int k = rb_index(b, id);
+    if (k >= 0) b->rb_fresh[k] = false;
+    *ptr = b->maps[s->arena][s->offset / b->chunk] + s->offset % b->chunk;
     return MN_OK;
 }
 
@@ -662,9 +698,12 @@ static void print_profile(vkb *b) {
         fprintf(stderr, "  host per execute: staging copies %.1f us, upload recording %.1f us, submit %.1f us, "
                 "wait %.1f us (%llu executes)\n", b->host_copy_us / n, b->host_record_us / n,
                 b->host_submit_us / n, b->host_wait_us / n, (unsigned long long)b->executes);
-        fprintf(stderr, "  staging memory: host cached %s, device local %s\n",
+        int mapped = 0;
+        for (int a = 0; a < MP_ARENA_COUNT; a++) mapped += b->maps[a] != NULL;
+        fprintf(stderr, "  staging memory: host cached %s, device local %s; arenas written in place (unified "
+                "memory): %d of %d\n",
                 b->staging_flags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? "yes" : "no",
-                b->staging_flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT ? "yes" : "no");
+                b->staging_flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT ? "yes" : "no", mapped, MP_ARENA_COUNT);
     }
 }
 
@@ -717,6 +756,7 @@ static void vkb_destroy(void *bp) {
     for (int a = 0; a < MP_ARENA_COUNT; a++) {
         free(b->bufs[a]);
         free(b->mems[a]);
+        free(b->maps[a]); /* unmapped by vkFreeMemory */
     }
     free(b->ext_of);
     free(b->ext);
@@ -864,6 +904,7 @@ const backend_vtable backend_vulkan = {
     .write = vkb_write,
     .read = vkb_read,
     .fill = vkb_fill,
+    .map_write = vkb_map_write,
     .execute = vkb_execute,
     .device_open = vk_device_open,
     .device_close = vk_device_close,

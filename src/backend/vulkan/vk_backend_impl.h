@@ -112,6 +112,11 @@ typedef struct vkb {
     VkDeviceSize chunk; /* bytes per arena chunk (the plan's chunk_bytes) */
     VkBuffer *bufs[MP_ARENA_COUNT]; /* chunk k of arena a: bufs[a][k] */
     VkDeviceMemory *mems[MP_ARENA_COUNT];
+    /* on a unified-memory device (a CPU implementation such as lavapipe,
+     * or an integrated GPU) with host-visible, coherent arena memory: each
+     * chunk mapped for the session's life, and writes go straight into it
+     * (vkb_write) instead of through the staging buffer; else NULL */
+    unsigned char **maps[MP_ARENA_COUNT];
     uint32_t nchunks[MP_ARENA_COUNT];
     VkBuffer staging;
     VkDeviceMemory staging_mem;

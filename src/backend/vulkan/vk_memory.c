@@ -14,6 +14,8 @@
  * Does not: record or submit commands (vk_backend.c), make pipelines
  * (vk_pipeline.c).
  */
+#include <string.h>
+
 #include "backend/vulkan/vk_backend_impl.h"
 
 static int find_memory(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags nice) {
@@ -135,6 +137,13 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
     mn_status st = fault_count("MEGANEURA_FAULT_DEVICE_MEMORY", &fault_mem, &has_fault_mem, err, cap);
     if (!st) st = fault_count("MEGANEURA_FAULT_ALLOC", &fault_alloc, &has_fault_alloc, err, cap);
     if (st) return st;
+    /* unified memory: device-local memory that the host can map too; the
+     * arenas are written in place (MEGANEURA_VK_DIRECT=0: through the
+     * staging buffer, as on a discrete GPU, whose host-visible device
+     * memory is a small window or slow to read) */
+    const char *direct = getenv("MEGANEURA_VK_DIRECT");
+    const bool uma = (b->c.caps.cpu_device || b->c.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU) &&
+                     !(direct && strcmp(direct, "0") == 0);
     for (int a = 0; a < MP_ARENA_COUNT && !st; a++) {
         VkDeviceSize size = mp->arena_bytes[a] < 256 ? 256 : mp->arena_bytes[a], nk = (size + b->chunk - 1) / b->chunk;
         if (nk > UINT32_MAX / 2) { /* chunk indices are 32-bit (and the heap check below fails long before) */
@@ -165,7 +174,8 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
             }
             VkMemoryRequirements req;
             vkGetBufferMemoryRequirements(b->c.device, b->bufs[a][k], &req);
-            int type = find_memory(&b->c, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
+            int type = find_memory(&b->c, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                                   uma ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT : 0);
             if (type < 0) {
                 mn_fmt(err, cap, "vulkan: no device-local memory type for a buffer of %llu bytes",
                        (unsigned long long)bi.size);
@@ -222,6 +232,24 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
                            (unsigned long long)rooms[h], hows[h] ? hows[h] : "unknown");
                     st = MN_E_NOMEM;
                 }
+            }
+        }
+    }
+    /* map every chunk of a host-visible, coherent type for direct writes */
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (int a = 0; a < MP_ARENA_COUNT && !st && uma; a++) {
+        bool all = b->nchunks[a] > 0;
+        for (uint32_t k = 0; k < b->nchunks[a]; k++)
+            all &= (b->c.mem.memoryTypes[types[a][k]].propertyFlags & hv) == hv;
+        if (!all || !(b->maps[a] = calloc(b->nchunks[a], sizeof *b->maps[a]))) continue;
+        for (uint32_t k = 0; k < b->nchunks[a] && b->maps[a]; k++) {
+            void *ptr = NULL;
+            if (vkMapMemory(b->c.device, b->mems[a][k], 0, VK_WHOLE_SIZE, 0, &ptr) != VK_SUCCESS) {
+                for (uint32_t j = 0; j < k; j++) vkUnmapMemory(b->c.device, b->mems[a][j]);
+                free(b->maps[a]);
+                b->maps[a] = NULL; /* through the staging buffer then */
+            } else {
+                b->maps[a][k] = ptr;
             }
         }
     }
