@@ -184,6 +184,34 @@ static void bench_ckpt(int n, const char *dir) {
     mn_graph_destroy(g);
 }
 
+/* reps training-session builds of g with optimizer opt: prints each build's
+ * time ("session_train_ms") and distinct kernels ("kernels": pipelines, 0
+ * on the cpu backend), closing the JSON object the caller opened. */
+static void train_builds(const mn_graph *g, int reps, mn_backend_kind backend, mn_device *dev, mn_optimizer opt) {
+    int kernels[16] = {0};
+    printf("\"session_train_ms\":[");
+    for (int r = 0; r < reps; r++) {
+        mn_session_options o = mn_session_default_options();
+        o.backend = backend;
+        o.mode = MN_MODE_TRAINING;
+        o.optim = opt;
+        o.device = dev;
+        mn_session *s = NULL;
+        const double t0 = now_ms();
+        if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
+        printf("%s%.1f", r ? "," : "", now_ms() - t0);
+        fflush(stdout);
+        mn_kernel_stats ks = {0};
+        mn_session_kernel_stats(s, &ks);
+        if (r < 16) kernels[r] = ks.compiled + ks.cached + ks.bundled;
+        mn_session_destroy(s);
+    }
+    printf("],\"kernels\":[");
+    for (int r = 0; r < reps && r < 16; r++) printf("%s%d", r ? "," : "", kernels[r]);
+    printf("]}\n");
+    fflush(stdout);
+}
+
 /* shared: one device opened first and given to every session (what an
  * application holding the device does); else each session opens its own */
 static void bench_smollm(int reps, mn_backend_kind backend, bool shared) {
@@ -211,30 +239,10 @@ static void bench_smollm(int reps, mn_backend_kind backend, bool shared) {
         dev_ms = now_ms() - t0;
     }
     printf("{\"bench\":\"smollm\",\"backend\":\"%s\",\"params\":%lld,\"threads\":\"%s\",\"graph_ms\":%.1f,"
-           "\"shared_device\":%s,\"device_open_ms\":%.1f,\"session_train_ms\":[",
+           "\"shared_device\":%s,\"device_open_ms\":%.1f,",
            backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)mn_llama_numel(m), th ? th : "", graph_ms,
            shared ? "true" : "false", dev_ms);
-    int kernels[16] = {0}; /* distinct kernels (pipelines) of each build */
-    for (int r = 0; r < reps; r++) {
-        mn_session_options o = mn_session_default_options();
-        o.backend = backend;
-        o.mode = MN_MODE_TRAINING;
-        o.optim = mn_optimizer_default(MN_OPTIM_ADAMW);
-        o.device = dev;
-        mn_session *s = NULL;
-        t0 = now_ms();
-        if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
-        printf("%s%.1f", r ? "," : "", now_ms() - t0);
-        fflush(stdout);
-        mn_kernel_stats ks = {0};
-        mn_session_kernel_stats(s, &ks);
-        if (r < 16) kernels[r] = ks.compiled + ks.cached + ks.bundled;
-        mn_session_destroy(s);
-    }
-    printf("],\"kernels\":[");
-    for (int r = 0; r < reps && r < 16; r++) printf("%s%d", r ? "," : "", kernels[r]);
-    printf("]}\n");
-    fflush(stdout);
+    train_builds(g, reps, backend, dev, mn_optimizer_default(MN_OPTIM_ADAMW));
     mn_device_close(dev);
     mn_llama_destroy(m);
     mn_graph_destroy(g);
@@ -265,31 +273,12 @@ static void bench_resnet(int reps, int64_t image, mn_backend_kind backend, bool 
         dev_ms = now_ms() - t0;
     }
     printf("{\"bench\":\"resnet50\",\"backend\":\"%s\",\"batch\":2,\"image\":%lld,\"params\":%lld,"
-           "\"graph_ms\":%.1f,\"shared_device\":%s,\"device_open_ms\":%.1f,\"session_train_ms\":[",
+           "\"graph_ms\":%.1f,\"shared_device\":%s,\"device_open_ms\":%.1f,",
            backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", (long long)image, (long long)mn_model_numel(m), graph_ms,
            shared ? "true" : "false", dev_ms);
-    int kernels[16] = {0}; /* distinct kernels (pipelines) of each build */
-    for (int r = 0; r < reps; r++) {
-        mn_session_options o = mn_session_default_options();
-        o.backend = backend;
-        o.mode = MN_MODE_TRAINING;
-        o.optim = mn_optimizer_default(MN_OPTIM_SGD);
-        o.optim.momentum = 0.9f;
-        o.device = dev;
-        mn_session *s = NULL;
-        t0 = now_ms();
-        if (mn_session_create(&s, g, &o)) die("mn_session_create", mn_session_error(s));
-        printf("%s%.1f", r ? "," : "", now_ms() - t0);
-        fflush(stdout);
-        mn_kernel_stats ks = {0};
-        mn_session_kernel_stats(s, &ks);
-        if (r < 16) kernels[r] = ks.compiled + ks.cached + ks.bundled;
-        mn_session_destroy(s);
-    }
-    printf("],\"kernels\":[");
-    for (int r = 0; r < reps && r < 16; r++) printf("%s%d", r ? "," : "", kernels[r]);
-    printf("]}\n");
-    fflush(stdout);
+    mn_optimizer opt = mn_optimizer_default(MN_OPTIM_SGD);
+    opt.momentum = 0.9f;
+    train_builds(g, reps, backend, dev, opt);
     mn_device_close(dev);
     if (saved) setenv("XDG_CACHE_HOME", saved, 1);
     else unsetenv("XDG_CACHE_HOME");
