@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cache.h"
 #include "bench_models.h"
 
 static double now_ms(void) {
@@ -178,11 +179,8 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     for (size_t i = 0; i < xn; i++) x[i] = (float)((i * 2654435761u) % 2000) / 1000.0f - 1.0f;
     for (int i = 0; i < w->batch; i++) lab[i] = i % 10;
     /* cold build: an empty kernel cache; warm: the same cache again */
-    char dir[] = "/tmp/mn-bench-XXXXXX";
-    const char *old = getenv("XDG_CACHE_HOME");
-    char *saved = old ? strdup(old) : NULL;
-    if (!mkdtemp(dir)) die("mkdtemp", "failed");
-    setenv("XDG_CACHE_HOME", dir, 1);
+    bench_cache cache;
+    if (!bench_cache_enter(&cache)) die("mkdtemp", "failed");
     double cold, warm, t_inf_build;
     mn_session *s = open_session(g, be, MN_MODE_TRAINING, w->optim, &cold);
     mn_session_destroy(s);
@@ -202,12 +200,7 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     mn_session_destroy(s);
     mn_session_destroy(si);
     mn_device_close(g_device);
-    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
-    else unsetenv("XDG_CACHE_HOME");
-    free(saved);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", dir);
+    bench_cache_leave(&cache);
     mn_graph_destroy(g);
     free(x);
     free(lab);

@@ -50,6 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cache.h"
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -260,11 +262,8 @@ static void bench_resnet(int reps, int64_t image, mn_backend_kind backend, bool 
     if (mn_graph_create(&g)) die("graph", "out of memory");
     if (mn_resnet_create(&m, g, &c, &ro)) die("mn_resnet_create", mn_model_error(m));
     const double graph_ms = now_ms() - t0;
-    char tmpl[] = "/tmp/mn-bench-resnet-cache.XXXXXX";
-    if (!mkdtemp(tmpl)) die("mkdtemp", "cannot create a cache folder");
-    const char *old = getenv("XDG_CACHE_HOME");
-    char *saved = old ? strdup(old) : NULL;
-    setenv("XDG_CACHE_HOME", tmpl, 1);
+    bench_cache cache;
+    if (!bench_cache_enter(&cache)) die("mkdtemp", "cannot create a cache folder");
     mn_device *dev = NULL;
     double dev_ms = 0;
     if (shared) {
@@ -280,12 +279,7 @@ static void bench_resnet(int reps, int64_t image, mn_backend_kind backend, bool 
     opt.momentum = 0.9f;
     train_builds(g, reps, backend, dev, opt);
     mn_device_close(dev);
-    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
-    else unsetenv("XDG_CACHE_HOME");
-    free(saved);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
-    if (system(cmd) != 0) fprintf(stderr, "bench_build: could not remove %s\n", tmpl);
+    bench_cache_leave(&cache);
     mn_model_destroy(m);
     mn_graph_destroy(g);
 }

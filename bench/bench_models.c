@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cache.h"
 #include "bench_models.h"
 
 typedef enum wkind { W_RESNET, W_UNET_SIMPLE, W_UNET_COND, W_VLA, W_WHISPER } wkind;
@@ -198,11 +199,8 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     mn_device *dev = NULL;
     if (mn_device_open(&dev, be)) die("device", mn_device_error(dev));
     const double dev_ms = now_ms() - t0;
-    char dir[] = "/tmp/mn-bench-XXXXXX";
-    const char *old = getenv("XDG_CACHE_HOME");
-    char *saved = old ? strdup(old) : NULL;
-    if (!mkdtemp(dir)) die("mkdtemp", "failed");
-    setenv("XDG_CACHE_HOME", dir, 1);
+    bench_cache cache;
+    if (!bench_cache_enter(&cache)) die("mkdtemp", "failed");
     built tr = build(w, true), inf = build(w, false);
     double cold, warm, ibuild, tmed, tmin, imed, imin;
     mn_session *s = open_session(&tr, w, be, dev, true, nf, &cold);
@@ -229,12 +227,7 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     unbuild(&tr);
     unbuild(&inf);
     mn_device_close(dev);
-    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
-    else unsetenv("XDG_CACHE_HOME");
-    free(saved);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "bench: could not remove %s\n", dir);
+    bench_cache_leave(&cache);
 }
 
 int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf) {
