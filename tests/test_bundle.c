@@ -584,6 +584,7 @@ static void test_hostile_graph(void) {
     VARIANT(2, fp[3], -0.0, "does not use");
     VARIANT(0, ip[0], 1, "does not use");
     VARIANT(0, flags, 2, "only parameters");
+    VARIANT(2, flags, 3, "only parameters"); /* an op (matmul) frozen: the graph could not keep it */
     VARIANT(0, flags, 4, "unknown flags");
     VARIANT(1, dtype, 3, "f32 only");
     VARIANT(0, dtype, 7, "dtype 7");

@@ -361,6 +361,8 @@ static mn_status add_op(mn_graph *g, const record *rec, int32_t i, char *err, si
     if (st) return st;
     if (rec->named && !(rec->flags & REC_OUTPUT))
         return fail(err, cap, MN_E_FORMAT, "node %d (%s): named but not an output", i, on);
+    if (rec->flags & REC_FROZEN)
+        return fail(err, cap, MN_E_FORMAT, "node %d (%s): only parameters can be frozen", i, on);
     mn_tensor in[NODE_MAX_IN];
     for (int k = 0; k < rec->nin; k++) in[k] = graph_handle(g, rec->in[k]);
     node p = graph_proto(rec->op, rec->nin, in);
