@@ -543,6 +543,30 @@ typedef enum mn_precision {
 /* "strict", "bf16", "f16"; "?" for anything else. */
 const char *mn_precision_name(mn_precision p);
 
+/* Dynamic loss scaling (training; off when init is 0, the default): for the
+ * fast f16 contract, whose rounded operands lose gradients below 2^-24 and
+ * overflow above 65504. Each step the backward pass starts from d loss =
+ * scale instead of 1, so every gradient is scale times its value; the
+ * update divides them back (exactly: scales are powers of two) before
+ * clipping and the optimizer, so parameters, optimizer state and the loss
+ * mn_session_loss returns are those of the unscaled step. When the scaled
+ * gradients are not finite (an overflow) the update is skipped on the
+ * device - as nonfinite = SKIP does, which scaling needs - the scale is
+ * multiplied by backoff and the step returns MN_OK with the skip logged
+ * (mn_set_log) and counted (mn_session_loss_scale); after `interval`
+ * consecutive finite steps it is multiplied by growth. The scale never goes
+ * below 1: non-finite gradients at scale 1 (or a non-finite loss) are an
+ * ordinary MN_E_NONFINITE step. Checkpoints keep the scale and the count of
+ * finite steps (meganeura.loss_scale, meganeura.loss_scale_good). Like
+ * torch.amp.GradScaler(init_scale=65536, growth_factor=2, backoff_factor=0.5,
+ * growth_interval=2000) when init = 65536 and the rest 0. */
+typedef struct mn_loss_scale {
+    float init;    /* first scale: a power of two in [1, 2^64]; 0: no scaling */
+    float growth;  /* a power of two > 1; 0: 2 */
+    float backoff; /* a power of two < 1; 0: 0.5 */
+    int interval;  /* finite steps before growing, >= 1; 0: 2000 */
+} mn_loss_scale;
+
 typedef struct mn_session_options {
     mn_backend_kind backend;
     mn_mode mode;
@@ -553,6 +577,7 @@ typedef struct mn_session_options {
     const mn_dist *dist; /* training: data-parallel all-reduce (copied at creation; its
                             user data must outlive the session); NULL: one process */
     mn_precision precision; /* matrix products (default STRICT) */
+    mn_loss_scale loss_scale; /* training: dynamic loss scaling (default off) */
 } mn_session_options;
 
 /* What data-parallel steps spent communicating, summed over the steps
@@ -603,6 +628,10 @@ mn_status mn_session_set_param(mn_session *s, const char *name, const float *src
 /* Number of optimizer steps taken so far (skipped steps do not count); the
  * learning rate of the next step. */
 int64_t mn_session_step_count(const mn_session *s);
+/* Dynamic loss scaling's state (mn_loss_scale): the scale of the next step
+ * (0 when the session does not scale) and, if not NULL, the steps skipped
+ * because the scaled gradients overflowed, since the session was created. */
+float mn_session_loss_scale(const mn_session *s, int64_t *overflows);
 float mn_session_lr(const mn_session *s);
 
 /* Checkpoints (safetensors): parameters, optimizer state, step count and

@@ -35,6 +35,21 @@ if grep -q lm_head "$dir/model/model.safetensors"; then die "a tied model export
 grep -q "resumed from .* at step 20" "$dir/resume.err" || die "resume did not start at step 20"
 grep -q "trained 10 steps" "$dir/resume.out" || die "resume did not train the 10 remaining steps"
 
+# the fast f16 contract: dynamic loss scaling from 65536 by default, kept in the checkpoint
+"$bin" train lm "${common[@]}" --steps 4 --precision f16 --checkpoint "$dir/ck16.safetensors" "$@" \
+  >"$dir/f16.out" 2>"$dir/f16.err" || { cat "$dir/f16.err" >&2; die "train lm --precision f16 failed"; }
+grep -q "^loss scale 65536 at the end; 0 steps skipped" "$dir/f16.out" || die "f16: no loss-scale line: $(cat "$dir/f16.out")"
+"$bin" inspect "$dir/ck16.safetensors" >"$dir/ck16.txt" 2>&1 || die "inspect of the f16 checkpoint failed"
+grep -q "meganeura.loss_scale.*65536" "$dir/ck16.txt" || die "the f16 checkpoint lacks meganeura.loss_scale"
+for bad in "--loss-scale 3" "--loss-scale 0.5" "--precision fp8"; do
+  set +e
+  # shellcheck disable=SC2086
+  "$bin" train lm "${common[@]}" --steps 1 $bad 2>"$dir/bad.err"; rc=$?
+  set -e
+  [ "$rc" = 2 ] || die "$bad: exit $rc, want 2 (usage)"
+  grep -q -- "${bad%% *}" "$dir/bad.err" || die "$bad: unclear error: $(cat "$dir/bad.err")"
+done
+
 gen=("$bin" generate --model "$dir/model" --prompt "The cat" --max-tokens 10 "$@")
 "${gen[@]}" --seed 5 >"$dir/g1" 2>"$dir/g1.err" || { cat "$dir/g1.err" >&2; die "generate failed"; }
 "${gen[@]}" --seed 5 >"$dir/g2" 2>/dev/null

@@ -69,9 +69,14 @@ class mn_optimizer(Structure):
                 ("total_steps", c_int64), ("min_lr", c_float)]
 
 
+class mn_loss_scale(Structure):
+    _fields_ = [("init", c_float), ("growth", c_float), ("backoff", c_float), ("interval", c_int)]
+
+
 class mn_session_options(Structure):
     _fields_ = [("backend", c_int), ("mode", c_int), ("optim", mn_optimizer), ("seed", c_uint64),
-                ("device", c_void_p), ("nonfinite", c_int), ("dist", c_void_p), ("precision", c_int)]
+                ("device", c_void_p), ("nonfinite", c_int), ("dist", c_void_p), ("precision", c_int),
+                ("loss_scale", mn_loss_scale)]
 
 
 class mn_conv2d_params(Structure):
@@ -99,7 +104,7 @@ class mn_cross_entropy_params(Structure):
     _fields_ = [("use_ignore_index", c_bool), ("ignore_index", c_int32), ("label_smoothing", c_float)]
 
 
-STRUCTS = [mn_init, mn_optimizer, mn_session_options, mn_conv2d_params, mn_pool2d_params,
+STRUCTS = [mn_init, mn_optimizer, mn_loss_scale, mn_session_options, mn_conv2d_params, mn_pool2d_params,
            mn_conv1d_params, mn_conv_transpose2d_params, mn_attention_params, mn_cross_entropy_params]
 
 # ---- functions -----------------------------------------------------------------
@@ -146,6 +151,7 @@ SIGNATURES = {
     "mn_session_set_param": (ST, [P, c_char_p, P, c_size_t]),
     "mn_session_step_count": (c_int64, [P]),
     "mn_session_lr": (c_float, [P]),
+    "mn_session_loss_scale": (c_float, [P, POINTER(c_int64)]),
     "mn_session_save": (ST, [P, c_char_p]),
     "mn_session_load": (ST, [P, c_char_p]),
     "mn_session_set_meta": (ST, [P, c_char_p, c_char_p]),

@@ -19,7 +19,7 @@ copied what it needs when it was created).
 """
 import ctypes
 import os
-from ctypes import byref, c_char_p, c_float, c_size_t
+from ctypes import byref, c_char_p, c_float, c_int64, c_size_t
 
 import numpy as np
 
@@ -30,6 +30,7 @@ BACKENDS = {"cpu": 0, "vulkan": 1}
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 SCHEDULES = {"constant": 0, "warmup_cosine": 1}
 NONFINITE = {"skip": 0, "apply": 1, "unchecked": 2}
+PRECISION = {"strict": 0, "bf16": 1, "f16": 2}
 MEMORY_ARENAS = ("parameters", "optimizer", "io", "work")
 
 
@@ -98,10 +99,13 @@ class Device(Handle):
 class Session(Handle):
     """A graph compiled for a backend (mn_session). training=None means
     training when an optimizer is given. Free it with close() or a with
-    block; it is also freed when collected."""
+    block; it is also freed when collected. precision: "strict", "bf16" or
+    "f16" (the fast contract's matrix products); loss_scale: None, the
+    first scale of dynamic loss scaling (a power of two, e.g. 65536), or a
+    dict of mn_loss_scale's fields (init, growth, backoff, interval)."""
 
     def __init__(self, graph, backend="cpu", training=None, optimizer=None, seed=0, device=None,
-                 nonfinite="skip"):
+                 nonfinite="skip", precision="strict", loss_scale=None):
         if not isinstance(graph, Graph):
             raise TypeError("meganeura: Session needs a Graph, got %s" % type(graph).__name__)
         if training is None:
@@ -114,6 +118,14 @@ class Session(Handle):
         o.seed = int(seed)
         o.device = device._h if device is not None else None
         o.nonfinite = _choice(NONFINITE, nonfinite, "nonfinite")
+        o.precision = _choice(PRECISION, precision, "precision")
+        if isinstance(loss_scale, dict):
+            for k, v in loss_scale.items():
+                if k not in ("init", "growth", "backoff", "interval"):
+                    raise ValueError("meganeura: loss_scale has no field %r (init, growth, backoff, interval)" % k)
+                setattr(o.loss_scale, k, v)
+        elif loss_scale is not None:
+            o.loss_scale.init = float(loss_scale)
         h = P()
         st = lib.mn_session_create(byref(h), graph.handle, byref(o))
         if st != 0:
@@ -213,6 +225,12 @@ class Session(Handle):
     @property
     def step_count(self):
         return lib.mn_session_step_count(self.handle)
+
+    @property
+    def loss_scale(self):
+        """(scale of the next step or 0 without loss scaling, overflowed steps skipped)."""
+        n = c_int64()
+        return lib.mn_session_loss_scale(self.handle, byref(n)), n.value
 
     @property
     def lr(self):

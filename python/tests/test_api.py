@@ -388,6 +388,35 @@ def test_nonfinite_step_raises_and_the_session_goes_on():
             assert s.step_count == 1
 
 
+def test_loss_scale_unscales_exactly_and_skips_overflows():
+    def graph():
+        g = mn.Graph()
+        x = g.input("x", (4, 3))
+        w = g.param("w", (3, 2), ("uniform", -0.5, 0.5))
+        y = x @ w
+        g.loss(g.sum(y * y))
+        return g
+    xs = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    with graph() as g, mn.Session(g, optimizer=mn.SGD(lr=0.1), seed=3) as a, \
+            mn.Session(g, optimizer=mn.SGD(lr=0.1), seed=3, loss_scale={"init": 2.0 ** 64}) as b:
+        assert a.loss_scale == (0.0, 0) and b.loss_scale == (2.0 ** 64, 0)
+        b.step(x=xs)  # the scaled squares overflow: skipped, halved
+        assert b.step_count == 0 and b.loss_scale == (2.0 ** 63, 1)
+        while b.step_count < 2:
+            b.step(x=xs)
+        a.step(x=xs)
+        a.step(x=xs)
+        assert np.array_equal(a.get_param("w"), b.get_param("w"))
+    with graph() as g:
+        with pytest.raises(mn.Error, match="power of two"):
+            mn.Session(g, optimizer=mn.SGD(lr=0.1), loss_scale=3)
+        with pytest.raises(ValueError, match="no field"):
+            mn.Session(g, optimizer=mn.SGD(lr=0.1), loss_scale={"scale": 2})
+        with mn.Session(g, optimizer=mn.SGD(lr=0.1), precision="f16", loss_scale=1024) as s:
+            s.step(x=xs)
+            assert s.loss_scale == (1024.0, 0) and s.step_count == 1
+
+
 # ---- handles are freed deterministically and on collection ---------------------------------------
 
 def test_handles_are_freed_once(monkeypatch):

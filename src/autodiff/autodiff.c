@@ -719,7 +719,7 @@ _Static_assert(MN_ARRAY_LEN(grad_table) == OP_COUNT, "one backward entry per op"
 
 bool autodiff_has_rule(op_id op) { return op >= 0 && op < OP_COUNT && grad_table[op] != NULL; }
 
-mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
+mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t seed, int32_t **grads_out) {
     int32_t nfwd = g->n;
     *grads_out = NULL;
     if (loss < 0 || loss >= nfwd) return graph_fail(g, MN_E_STATE, "autodiff: the graph has no loss");
@@ -747,7 +747,14 @@ mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads_out) {
         if (reach[i])
             for (int k = 0; k < g->nodes[i].nin; k++) reach[g->nodes[i].in[k]] = 1;
 
-    if (needs[loss]) { /* d loss / d loss = 1, in the loss's own shape ([] or [1], [1,1], ...) */
+    if (needs[loss] && seed != MN_NONE) { /* d loss / d loss = the seed (a loss scale) */
+        const node *sn = &g->nodes[seed], *ln = &g->nodes[loss];
+        if (sn->dtype != MN_F32 || sn->rank != ln->rank || memcmp(sn->shape, ln->shape, sizeof(int64_t) * (size_t)ln->rank)) {
+            st = graph_fail(g, MN_E_SHAPE, "autodiff: the seed (node %d) does not have the loss's dtype and shape", seed);
+            goto done;
+        }
+        grad[loss] = seed;
+    } else if (needs[loss]) { /* d loss / d loss = 1, in the loss's own shape ([] or [1], [1,1], ...) */
         float one = 1.0f;
         node ln = g->nodes[loss];
         if ((st = mn_graph_constant(g, &grad[loss], ln.rank, ln.shape, &one))) goto done;

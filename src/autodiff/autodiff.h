@@ -16,8 +16,10 @@
 #include "graph/graph.h"
 
 /* *grads (malloc'ed, g->n entries as of the call; caller frees) maps every
- * node that existed before the call to its gradient. */
-mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t **grads);
+ * node that existed before the call to its gradient. seed: the node that
+ * stands for d loss / d loss (an f32 node of the loss's shape, e.g. the loss
+ * scale input), or MN_NONE for a constant 1. */
+mn_status autodiff_build(mn_graph *g, int32_t loss, int32_t seed, int32_t **grads);
 /* True if the op has a backward rule (is differentiable). */
 bool autodiff_has_rule(op_id op);
 

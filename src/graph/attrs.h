@@ -261,5 +261,8 @@ static inline void sumsq_block_set(node *n, int64_t block) { n->ip[0] = block; }
 /* The blocks of a SUMSQ with block length b over numel elements. */
 static inline int64_t sumsq_blocks(int64_t numel, int64_t b) { return numel > 0 ? (numel + b - 1) / b : 1; }
 static inline void clip_norm_set(node *n, double c) { n->fp[0] = c; }
+/* STEP_GATE: ip[0] = 1: the last input is the loss scale (ops.def) */
+static inline bool step_gate_scaled(const node *n) { return n->ip[0] != 0; }
+static inline bool step_gate_has_sumsq(const node *n) { return n->nin - (n->ip[0] != 0) > 1; }
 
 #endif

@@ -116,7 +116,7 @@ static void dump_attrs(const node *n, FILE *f) {
                 a.eps, a.weight_decay, a.variant, a.gated ? " skip_nonfinite" : "");
         break;
     }
-    case OP_STEP_GATE: fprintf(f, " clip=%.9g", clip_norm(n)); break;
+    case OP_STEP_GATE: fprintf(f, " clip=%.9g%s", clip_norm(n), step_gate_scaled(n) ? " scaled" : ""); break;
     case OP_ROPE: {
         const mn_rope_attrs a = rope_attrs_of(n);
         fprintf(f, " theta=%.9g offset=%lld%s", a.theta, (long long)a.offset, a.inverse ? " inverse" : "");

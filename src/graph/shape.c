@@ -847,10 +847,13 @@ mn_status graph_infer(mn_graph *g, node *n) {
     case OP_CLIP_COEF:
         set_shape(n, 0, NULL);
         return MN_OK;
-    case OP_STEP_GATE: { /* (loss[, sumsq]) -> [2] */
+    case OP_STEP_GATE: { /* (loss[, sumsq][, scale]) -> [2] */
         const int64_t two = 2;
         for (int i = 0; i < n->nin; i++)
             if ((st = need_f32(g, n, i))) return st;
+        if (n->ip[0] != 0 && (n->ip[0] != 1 || n->nin < 2 || node_numel(IN(n->nin - 1)) != 1))
+            return graph_fail(g, MN_E_INVALID, "step_gate: a loss scale needs its flag (ip[0] = 1) and a last input "
+                              "of one element");
         set_shape(n, 1, &two);
         return MN_OK;
     }

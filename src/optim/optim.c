@@ -115,15 +115,19 @@ static mn_status concat_tree(mn_graph *g, int32_t *out, int32_t *xs, int32_t n) 
 }
 
 static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
-                       int32_t *gate);
+                       int32_t scale, int32_t *gate);
 
 mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
-                      int32_t *gate) {
+                      int32_t scale, int32_t *gate) {
     /* node indices through the public constructors (graph.h, raw ids) */
     const bool raw = g->raw_ids;
     g->raw_ids = true;
     *gate = MN_NONE;
-    mn_status st = build(g, grads, ngrads, o, nf, gate);
+    if (scale != MN_NONE && nf != MN_NONFINITE_SKIP) {
+        g->raw_ids = raw;
+        return graph_fail(g, MN_E_INVALID, "optimizer: loss scaling needs the non-finite check (nonfinite = skip)");
+    }
+    mn_status st = build(g, grads, ngrads, o, nf, scale, gate);
     g->raw_ids = raw;
     return st;
 }
@@ -151,7 +155,7 @@ static mn_status gate_ema_updates(mn_graph *g, int32_t before, int32_t gate) {
 }
 
 static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
-                       int32_t *gate) {
+                       int32_t scale, int32_t *gate) {
     mn_status st;
     int32_t hyper, clip = MN_NONE, first = g->n;
     int64_t four = 4;
@@ -188,6 +192,7 @@ static mn_status build(mn_graph *g, const int32_t *grads, int32_t ngrads, const 
         p.op = OP_STEP_GATE;
         p.in[p.nin++] = g->loss;
         if (total != MN_NONE) p.in[p.nin++] = total;
+        if (scale != MN_NONE) p.in[p.nin++] = scale, p.ip[0] = 1; /* unscales: coef / scale */
         clip_norm_set(&p, o->clip_norm);
         if ((st = graph_add(g, gate, &p))) return st;
         g->nodes[*gate].flags |= NODE_F_READ;

@@ -18,14 +18,18 @@
 #include "graph/graph.h"
 
 #define OPTIM_HYPER_NAME "__hyper"
+/* the loss scale input of a session with dynamic loss scaling (f32, the loss's shape) */
+#define LOSS_SCALE_NAME "__loss_scale"
 
 /* grads: per node id (as returned by autodiff_build for the nodes before it).
  * nf other than UNCHECKED: a STEP_GATE of the loss and the gradients' sum of
  * squares (flagged NODE_F_READ, its id in *gate, else MN_NONE) feeds every
  * update as its clip input; with SKIP the updates (ip[1]) and the batch-norm
- * EMA updates (moved after the gate) write nothing on a non-finite step. */
+ * EMA updates (moved after the gate) write nothing on a non-finite step.
+ * scale: the loss-scale input the gradients were seeded with (autodiff), or
+ * MN_NONE; the gate then divides its coefficient by it (needs nf = SKIP). */
 mn_status optim_build(mn_graph *g, const int32_t *grads, int32_t ngrads, const mn_optimizer *o, mn_nonfinite nf,
-                      int32_t *gate);
+                      int32_t scale, int32_t *gate);
 /* Checks the settings; message into err. */
 mn_status optim_validate(const mn_optimizer *o, char *err, size_t cap);
 /* Learning rate of step t (0-based: the step about to be taken). */

@@ -3,7 +3,9 @@
  * Saved: every parameter (its graph name), every optimizer state tensor
  * ("optim.<kind>.<slot>.<param>") of a training session, and metadata:
  * format, meganeura.version, meganeura.step, meganeura.optimizer,
- * meganeura.lr_schedule, meganeura.next_lr, plus the user's keys. Not saved:
+ * meganeura.lr_schedule, meganeura.next_lr, with dynamic loss scaling
+ * meganeura.loss_scale and meganeura.loss_scale_good (the finite steps since
+ * the scale last changed), plus the user's keys. Not saved:
  * the state tensors of mn_graph_state (KV caches: scratch of a decode).
  * Loading validates the whole file against the session before changing
  * anything, so a failed load leaves the session as it was: names, dtypes and
@@ -60,9 +62,11 @@ mn_status mn_session_save(mn_session *s, const char *path) {
         e[k] = (st_entry){nd->name, "F32", nd->rank, nd->shape, bufs[k], cnt * 4};
         k++;
     }
-    char step[32], lr[32];
+    char step[32], lr[32], scale[32], good[32];
     snprintf(step, sizeof step, "%" PRId64, s->step);
     snprintf(lr, sizeof lr, "%.9g", (double)mn_session_lr(s));
+    snprintf(scale, sizeof scale, "%.9g", (double)s->ls_scale);
+    snprintf(good, sizeof good, "%" PRId64, s->ls_good);
     bool training = s->opt.mode == MN_MODE_TRAINING;
     const char *fixed[] = {
         "format", "pt",
@@ -71,14 +75,16 @@ mn_status mn_session_save(mn_session *s, const char *path) {
         "meganeura.optimizer", training ? optim_kind_name(s->opt.optim.kind) : "none",
         "meganeura.lr_schedule", s->opt.optim.schedule == MN_LR_WARMUP_COSINE ? "warmup_cosine" : "constant",
         "meganeura.next_lr", lr,
+        "meganeura.loss_scale", scale, /* the last two: only with loss scaling */
+        "meganeura.loss_scale_good", good,
     };
-    int nfixed = (int)MN_ARRAY_LEN(fixed) / 2, nmeta = nfixed + s->nmeta;
+    int nfixed = (int)MN_ARRAY_LEN(fixed) / 2 - (s->ls_input == MN_NONE ? 2 : 0), nmeta = nfixed + s->nmeta;
     const char **kv = malloc((size_t)nmeta * 2 * sizeof *kv);
     if (!kv) {
         st = MN_E_NOMEM;
         goto done;
     }
-    memcpy(kv, fixed, sizeof fixed);
+    memcpy(kv, fixed, (size_t)nfixed * 2 * sizeof *kv);
     for (int i = 0; i < 2 * s->nmeta; i++) kv[2 * nfixed + i] = s->meta[i];
     st = st_save_atomic(path, e, k, kv, nmeta, s->err, sizeof s->err);
     free(kv);
@@ -198,6 +204,24 @@ mn_status session_load_tensors(mn_session *s, const struct st_file *fp, const ch
                        io_esc(sa, sizeof sa, lv));
         goto done;
     }
+    /* the loss scale's state, in a session that scales (others ignore it) */
+    const char *scv = st_meta(&f, "meganeura.loss_scale"), *gdv = st_meta(&f, "meganeura.loss_scale_good");
+    double scale = s->ls_scale;
+    uint64_t good = (uint64_t)s->ls_good;
+    if (s->ls_input != MN_NONE && with_state && scv) {
+        int e;
+        if (!io_parse_real(scv, &scale) || scale < 1 || scale > 18446744073709551616.0 || frexp(scale, &e) != 0.5) {
+            st = load_fail(s, MN_E_FORMAT, path, "metadata meganeura.loss_scale is '%s' (need a power of two in "
+                           "[1, 2^64])", io_esc(sa, sizeof sa, scv));
+            goto done;
+        }
+        good = 0;
+        if (gdv && !io_parse_uint(gdv, MN_CHECKPOINT_MAX_STEP, &good)) {
+            st = load_fail(s, MN_E_FORMAT, path, "metadata meganeura.loss_scale_good is '%s' (need a step count)",
+                           io_esc(sa, sizeof sa, gdv));
+            goto done;
+        }
+    }
     /* 4. no NaN or infinity in what will be loaded */
     for (int32_t i = 0; i < g->n; i++) {
         const node *n = &g->nodes[i];
@@ -251,6 +275,8 @@ mn_status session_load_tensors(mn_session *s, const struct st_file *fp, const ch
     /* the step count comes back with the optimizer state, or alone for a
      * model that has no optimizer state (every parameter frozen) */
     if (training) s->step = with_state || nstate_model == 0 ? (int64_t)step : 0;
+    s->ls_scale = (float)scale;
+    s->ls_good = (int64_t)good;
     s->have_loss = false;
 done:
     free(tensor_of);

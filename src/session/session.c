@@ -23,6 +23,37 @@ static mn_status fail(mn_session *s, mn_status st, const char *fmt, ...) {
     return st;
 }
 
+/* Dynamic loss scaling: the settings checked, defaults filled in (s->ls). */
+static bool pow2f(float x) {
+    int e;
+    return isfinite(x) && x > 0 && frexpf(x, &e) == 0.5f;
+}
+#define LOSS_SCALE_MAX 18446744073709551616.0f /* 2^64: beyond it the f32 sum of squares overflows at once */
+static mn_status loss_scale_settings(mn_session *s, const mn_loss_scale *in) {
+    mn_loss_scale c = *in;
+    if (c.growth == 0.0f) c.growth = 2.0f;
+    if (c.backoff == 0.0f) c.backoff = 0.5f;
+    if (c.interval == 0) c.interval = 2000;
+    if (!pow2f(c.init) || c.init < 1.0f || c.init > LOSS_SCALE_MAX)
+        return fail(s, MN_E_INVALID, "session: loss_scale.init %g must be a power of two in [1, 2^64] (0: no scaling)",
+                    (double)c.init);
+    if (!pow2f(c.growth) || c.growth <= 1.0f)
+        return fail(s, MN_E_INVALID, "session: loss_scale.growth %g must be a power of two above 1 (0: 2)",
+                    (double)c.growth);
+    if (!pow2f(c.backoff) || c.backoff >= 1.0f)
+        return fail(s, MN_E_INVALID, "session: loss_scale.backoff %g must be a power of two below 1 (0: 0.5)",
+                    (double)c.backoff);
+    if (c.interval < 1)
+        return fail(s, MN_E_INVALID, "session: loss_scale.interval %d must be >= 1 (0: 2000)", c.interval);
+    if (s->opt.nonfinite != MN_NONFINITE_SKIP)
+        return fail(s, MN_E_INVALID, "session: loss scaling skips the steps whose scaled gradients overflow; it needs "
+                    "nonfinite = skip (the default), not %s",
+                    s->opt.nonfinite == MN_NONFINITE_APPLY ? "apply" : "unchecked");
+    s->ls = c;
+    s->ls_scale = c.init;
+    return MN_OK;
+}
+
 mn_session_options mn_session_default_options(void) {
     mn_session_options o;
     memset(&o, 0, sizeof o);
@@ -224,6 +255,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if ((st = session_dist_validate(s, s->err, sizeof s->err))) return st;
     if ((int)o->precision < MN_PRECISION_STRICT || o->precision > MN_PRECISION_FAST_F16)
         return fail(s, MN_E_INVALID, "session: unknown precision %d (strict, fast bf16, fast f16)", (int)o->precision);
+    const bool scaled = training && !s->iopt.grads_only && o->loss_scale.init != 0.0f;
+    if (scaled && (st = loss_scale_settings(s, &o->loss_scale))) return st;
     if (user->n == 0) return fail(s, MN_E_INVALID, "session: the graph is empty");
     if ((st = graph_clone(&s->g, user))) return fail(s, st, "session: out of memory copying the graph");
     /* inference sessions keep the graph as given: mn_session_export_bundle writes it */
@@ -234,9 +267,16 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (training) {
         if (g->loss == MN_NONE)
             return fail(s, MN_E_STATE, "session: training needs a loss (mn_graph_loss)");
-        if ((st = loss_own_storage(g)) || (st = autodiff_build(g, g->loss, &s->grads)))
-            return fail(s, st, "%s", g->err);
-        if (!s->iopt.grads_only && (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, &s->gate)))
+        if ((st = loss_own_storage(g))) return fail(s, st, "%s", g->err);
+        if (scaled) { /* the backward pass starts from d loss = scale, written before each step */
+            const node *ln = &g->nodes[g->loss];
+            if ((st = graph_source(g, &s->ls_input, OP_INPUT, LOSS_SCALE_NAME, MN_F32, ln->rank, ln->shape, true)))
+                return fail(s, st, "%s", g->err);
+            g->nodes[s->ls_input].flags |= NODE_F_HOST;
+        }
+        if ((st = autodiff_build(g, g->loss, s->ls_input, &s->grads))) return fail(s, st, "%s", g->err);
+        if (!s->iopt.grads_only &&
+            (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, s->ls_input, &s->gate)))
             return fail(s, st, "%s", g->err);
         s->hyper = graph_find(g, OPTIM_HYPER_NAME);
         if (!s->iopt.grads_only) session_dist_mark(s);
@@ -351,6 +391,7 @@ mn_status session_create_ex(mn_session **out, const mn_graph *g, const mn_sessio
     if (!s) return MN_E_NOMEM;
     s->hyper = MN_NONE;
     s->gate = MN_NONE;
+    s->ls_input = MN_NONE;
     if (!g || !opt) {
         s->dead = true;
         return fail(s, MN_E_INVALID, "session: graph and options must not be NULL");
@@ -442,6 +483,7 @@ mn_status mn_session_step(mn_session *s) {
     float hyper[4];
     optim_hyper(&s->opt.optim, s->step, hyper);
     if ((st = session_write_f32(s, s->hyper, hyper, 4))) return st;
+    if (s->ls_input != MN_NONE && (st = session_write_f32(s, s->ls_input, &s->ls_scale, 1))) return st;
     /* data parallel: forward + backward, all-reduce, updates (dist.c) */
     st = s->dist ? session_dist_step(s) : s->be->execute(s->bk, s->sched.order, s->sched.n, s->err, sizeof s->err);
     if (st) {
@@ -453,8 +495,19 @@ mn_status mn_session_step(mn_session *s) {
     if (s->gate != MN_NONE) { /* the non-finite check: one read of 2 values */
         float gate[2];
         if ((st = session_read_f32(s, s->gate, gate, 2))) return st;
-        if (gate[1] != 0.0f) {
-            const int bad = (int)gate[1];
+        const int bad = (int)gate[1];
+        if (bad == 2 && s->ls_input != MN_NONE && s->ls_scale > 1.0f) {
+            /* the scaled gradients overflowed: the gate skipped the update;
+             * a lower scale for the next step, and no error */
+            const float was = s->ls_scale;
+            s->ls_scale = s->ls_scale * s->ls.backoff < 1.0f ? 1.0f : s->ls_scale * s->ls.backoff;
+            s->ls_good = 0;
+            s->ls_overflows++;
+            mn_logf(MN_LOG_INFO, "step %lld: the gradients overflowed at loss scale %g; update skipped, scale now %g",
+                    (long long)s->step, (double)was, (double)s->ls_scale);
+            return MN_OK;
+        }
+        if (bad != 0) {
             float loss = NAN;
             const bool skip = s->opt.nonfinite == MN_NONFINITE_SKIP;
             session_read_f32(s, s->g->loss, &loss, 1);
@@ -466,6 +519,10 @@ mn_status mn_session_step(mn_session *s) {
             if (!skip) s->step++;
             return MN_E_NONFINITE;
         }
+    }
+    if (s->ls_input != MN_NONE && ++s->ls_good >= s->ls.interval) {
+        s->ls_good = 0;
+        if (s->ls_scale * s->ls.growth <= LOSS_SCALE_MAX) s->ls_scale *= s->ls.growth;
     }
     s->step++;
     return MN_OK;
@@ -546,6 +603,11 @@ mn_status mn_session_set_param(mn_session *s, const char *name, const float *src
 }
 
 int64_t mn_session_step_count(const mn_session *s) { return s ? s->step : 0; }
+
+float mn_session_loss_scale(const mn_session *s, int64_t *overflows) {
+    if (overflows) *overflows = s ? s->ls_overflows : 0;
+    return s && s->ls_input != MN_NONE ? s->ls_scale : 0.0f;
+}
 
 float mn_session_lr(const mn_session *s) {
     /* a dead session may hold the very optimizer settings it was refused for */

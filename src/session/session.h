@@ -72,6 +72,14 @@ struct mn_session {
     int32_t *grads;    /* per user node: its gradient node (training) or NULL */
     int32_t hyper;     /* "__hyper" input or MN_NONE */
     int32_t gate;      /* STEP_GATE read after each step (non-finite check) or MN_NONE */
+    /* dynamic loss scaling (mn_loss_scale; ls_input MN_NONE when off): the
+     * "__loss_scale" input autodiff seeds the backward pass with, the
+     * settings with their defaults filled in, the next step's scale, the
+     * finite steps since it last changed, the overflows skipped */
+    int32_t ls_input;
+    mn_loss_scale ls;
+    float ls_scale;
+    int64_t ls_good, ls_overflows;
     schedule sched;
     kir kernels; /* the kernel plan over sched (identity where the backend does not fuse) */
     memplan plan;

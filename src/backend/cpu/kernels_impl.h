@@ -821,17 +821,18 @@ KN_DEF(clip_coef) {
     *(real *)out = (real)(c < 1 ? c : 1);
 }
 
-/* (loss[, sumsq]) -> {coef, bad}, see ops.def. */
+/* (loss[, sumsq][, scale]) -> {coef, bad}, see ops.def. */
 KN_DEF(step_gate) {
     const double loss = (double)*(const real *)in[0];
-    const double ss = n->nin > 1 ? (double)*(const real *)in[1] : 0.0;
+    const double ss = step_gate_has_sumsq(n) ? (double)*(const real *)in[1] : 0.0;
+    const double scale = step_gate_scaled(n) ? (double)*(const real *)in[n->nin - 1] : 1.0;
     real *y = out;
     double c = 1.0;
     if (clip_norm(n) > 0) {
-        const double v = clip_norm(n) / (sqrt(ss) + 1e-6);
+        const double v = clip_norm(n) / (sqrt(ss) / scale + 1e-6);
         if (v < 1) c = v; /* NaN: 1, like clip_coef */
     }
-    y[0] = (real)c;
+    y[0] = (real)(c / scale);
     y[1] = (real)((isfinite(loss) ? 0 : 1) + (isfinite(ss) ? 0 : 2));
     (void)g;
 }

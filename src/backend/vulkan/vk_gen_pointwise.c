@@ -660,7 +660,9 @@ mn_status vkgen_step_gate(vk_kernel *k, const mn_graph *g, const node *n, const 
                           size_t cap) {
     k->tmpl = "optim";
     vk_def(k, "OPT_OP", "OPT_STEP_GATE");
-    vk_def(k, "HAS_SUMSQ", "%d", n->nin > 1);
+    vk_def(k, "HAS_SUMSQ", "%d", step_gate_has_sumsq(n));
+    if (step_gate_scaled(n)) vk_def(k, "SCALE", "X%d(0)", n->nin - 1);
+    else vk_def(k, "SCALE", "1.0");
     vk_def(k, "HAS_CLIP", "%d", clip_norm(n) > 0);
     def_f32(k, "MAX_NORM", (float)clip_norm(n));
     vk_launch_1d(k, caps, 1, 1);

@@ -26,9 +26,11 @@
 //   SGD:  MOM, HAS_MOM, NESTEROV
 //   Adam: B1, B2, ONE_M_B1, ONE_M_B2 (1 - beta rounded in f32), EPS, DECOUPLED
 //   clip_coef: MAX_NORM
-//   step_gate: HAS_SUMSQ, HAS_CLIP, MAX_NORM; (loss X0(0)[, sumsq X1(0)]) ->
-//     Y(0) = clip coefficient or 1, Y(1) = 1 (loss) + 2 (sumsq) for each that
-//     is NaN or infinite, tested on the exponent bits (immune to fast math)
+//   step_gate: HAS_SUMSQ, HAS_CLIP, MAX_NORM, SCALE (the loss scale's
+//     element or 1.0); (loss X0(0)[, sumsq X1(0)][, scale]) -> Y(0) = clip
+//     coefficient or 1, divided by the scale, Y(1) = 1 (loss) + 2 (sumsq)
+//     for each that is NaN or infinite, tested on the exponent bits (immune
+//     to fast math)
 //
 // Does not: compute the hyper values (the session writes them per step).
 
@@ -89,12 +91,12 @@ void main() {
 #else
     float s = 0.0;
 #endif
-    float c = 1.0;
+    float c = 1.0, sc = SCALE;
 #if HAS_CLIP
-    c = MAX_NORM / (sqrt(s) + 1e-6);
+    c = MAX_NORM / (sqrt(s) / sc + 1e-6);
     c = (!isnan(c) && c < 1.0) ? c : 1.0;
 #endif
-    Y(0) = c;
+    Y(0) = c / sc;
     Y(1) = (nonfinite(l) ? 1.0 : 0.0) + (nonfinite(s) ? 2.0 : 0.0);
 #elif OPT_OP == OPT_CLIP_COEF
     // (sum of squared grads) -> min(1, max_norm / (sqrt(x) + 1e-6)); NaN -> 1
