@@ -9,6 +9,9 @@
  *    bitwise equal; the loss every rank reports is the global batch's;
  *  - one bucket or many (bucket_bytes 64) give the same bits; the stats;
  *  - a NaN in one rank's shard: every rank skips the update (MN_E_NONFINITE);
+ *  - dynamic loss scaling: the ranks reduce scaled gradients and equal an
+ *    unscaled run bit for bit; overflows (from 2^64, inputs times 1e6) skip
+ *    the same steps on every rank, whose scales stay equal;
  *  - a rank that stops stepping: the other's step fails with MN_E_DIST
  *    within the timeout, naming the bucket, and the session is dead;
  *  - sessions that disagree (other hidden sizes) fail at creation;
@@ -156,8 +159,11 @@ static void make_data(void) {
 static const char *PARAMS[4] = {"fc1.w", "fc1.b", "fc2.w", "fc2.b"};
 static const size_t NUMEL[4] = {IN * HID, HID, HID * OUT, OUT};
 
+static float g_ls_init; /* loss_scale.init of the sessions train_opts makes */
+
 static mn_session_options train_opts(bool clip, mn_backend_kind be) {
     mn_session_options o = mn_session_default_options();
+    o.loss_scale = (mn_loss_scale){.init = g_ls_init, .interval = 2};
     o.backend = be;
     o.mode = MN_MODE_TRAINING;
     o.seed = 7;
@@ -185,6 +191,8 @@ typedef struct job {
     float params[4][IN * HID];
     char err[512];
     int64_t step_count;
+    float ls_scale;
+    int64_t ls_overflows;
     mn_dist_stats stats;
     double fail_after_s; /* time the failing step took */
 } job;
@@ -224,6 +232,7 @@ static void *rank_main(void *arg) {
         }
         for (int p = 0; p < 4; p++) mn_session_get_param(s, PARAMS[p], j->params[p], NUMEL[p]);
         j->step_count = mn_session_step_count(s);
+        j->ls_scale = mn_session_loss_scale(s, &j->ls_overflows);
         mn_session_dist_stats(s, &j->stats);
     }
     mn_session_destroy(s);
@@ -324,6 +333,31 @@ static void test_nonfinite(void) {
     CHECK(same_bits(&jobs[0], &jobs[1]));
 }
 
+static void test_loss_scale(void) {
+    job plain[2], scaled[2], over[2];
+    memset(plain, 0, sizeof plain), memset(scaled, 0, sizeof scaled), memset(over, 0, sizeof over);
+    run_ranks(plain, 2, true, MN_BACKEND_CPU, 64, 20);
+    g_ls_init = 1024;
+    run_ranks(scaled, 2, true, MN_BACKEND_CPU, 64, 20);
+    g_ls_init = 18446744073709551616.0f; /* inputs a million times larger: the scaled squares overflow */
+    for (int t = 0; t < STEPS; t++)
+        for (int i = 0; i < ROWS * IN; i++) X[t][i] *= 1e6f;
+    run_ranks(over, 2, true, MN_BACKEND_CPU, 64, 20);
+    make_data();
+    g_ls_init = 0;
+    for (int r = 0; r < 2; r++) {
+        CHECK_MSG(scaled[r].create_st == MN_OK && scaled[r].step_count == STEPS, "rank %d: %s", r, scaled[r].err);
+        CHECK_MSG(same_bits(&scaled[r], &plain[r]), "rank %d: loss-scaled parameters differ from the unscaled run", r);
+        CHECK_MSG(scaled[r].ls_scale == 8192.0f && scaled[r].ls_overflows == 0, "rank %d: scale %g, %lld overflows",
+                  r, (double)scaled[r].ls_scale, (long long)scaled[r].ls_overflows);
+        for (int t = 0; t < STEPS; t++) CHECK(over[r].step_st[t] == MN_OK);
+    }
+    CHECK_MSG(over[0].ls_overflows >= 1 && over[0].step_count == STEPS - over[0].ls_overflows,
+              "from 2^64: %lld overflows, %lld steps", (long long)over[0].ls_overflows, (long long)over[0].step_count);
+    CHECK(over[1].ls_overflows == over[0].ls_overflows && over[1].ls_scale == over[0].ls_scale &&
+          over[1].step_count == over[0].step_count && same_bits(&over[0], &over[1]));
+}
+
 static void test_dead_rank(void) {
     job jobs[2];
     memset(jobs, 0, sizeof jobs);
@@ -397,6 +431,7 @@ int main(void) {
     test_equal_to_single(3, true);
     test_buckets();
     test_nonfinite();
+    test_loss_scale();
     test_dead_rank();
     test_mismatch();
     test_bad_options();
