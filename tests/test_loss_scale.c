@@ -28,16 +28,13 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "session/session.h"
+#include "state_util.h"
 
 #define S(...) (const int64_t[]){__VA_ARGS__}
 #define NB 8
 #define NI 16
 #define NH 32
 #define NO 4
-
-static bool has(const char *hay, const char *needle) { return strstr(hay ? hay : "", needle) != NULL; }
-#define CHECK_HAS(hay, needle) CHECK_MSG(has((hay), (needle)), "message \"%s\" lacks \"%s\"", (hay), (needle))
 
 static mn_graph *build(float factor) {
     mn_graph *g = NULL;
@@ -114,28 +111,9 @@ static void feed(mn_session *s, int k, bool nan) {
     CHECK_OK(mn_session_set_input(s, "t", t, sizeof t), mn_session_error(s));
 }
 
-/* Parameters and optimizer state, concatenated in node order. */
-static float *snapshot(mn_session *s, size_t *n) {
-    size_t total = 0;
-    for (int32_t i = 0; i < s->g->n; i++) {
-        const node *nd = &s->g->nodes[i];
-        if (nd->op == OP_PARAM || (nd->op == OP_STATE && (nd->flags & NODE_F_OPTIM))) total += (size_t)node_numel(nd);
-    }
-    float *v = calloc(total + 1, sizeof *v);
-    size_t at = 0;
-    for (int32_t i = 0; v && i < s->g->n; i++) {
-        const node *nd = &s->g->nodes[i];
-        if (!(nd->op == OP_PARAM || (nd->op == OP_STATE && (nd->flags & NODE_F_OPTIM)))) continue;
-        CHECK_OK(session_read_f32(s, i, v + at, (size_t)node_numel(nd)), mn_session_error(s));
-        at += (size_t)node_numel(nd);
-    }
-    *n = total;
-    return v;
-}
-
 static bool same_state(mn_session *a, mn_session *b) {
     size_t na, nb;
-    float *va = snapshot(a, &na), *vb = snapshot(b, &nb);
+    float *va = th_snapshot(a, &na), *vb = th_snapshot(b, &nb);
     const bool same = va && vb && na == nb && memcmp(va, vb, na * sizeof *va) == 0;
     free(va), free(vb);
     return same;
@@ -191,7 +169,7 @@ static void overflow(mn_backend_kind be) {
     mn_session *scaled = open_s(g, c);
     if (plain && scaled) {
         size_t n0;
-        float *before = snapshot(scaled, &n0);
+        float *before = th_snapshot(scaled, &n0);
         feed(scaled, 0, false);
         CHECK_OK(mn_session_step(scaled), mn_session_error(scaled));
         int64_t ov = 0;
@@ -200,7 +178,7 @@ static void overflow(mn_backend_kind be) {
                   (double)mn_session_loss_scale(scaled, NULL), (long long)ov);
         CHECK(mn_session_step_count(scaled) == 0);
         size_t n1;
-        float *after = snapshot(scaled, &n1);
+        float *after = th_snapshot(scaled, &n1);
         CHECK_MSG(before && after && n0 == n1 && !memcmp(before, after, n0 * 4),
                   "%s: an overflowed step changed the parameters or the optimizer state", bk(be));
         free(before), free(after);

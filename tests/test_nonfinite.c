@@ -22,14 +22,11 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "session/session.h"
+#include "state_util.h"
 
 #define S(...) (const int64_t[]){__VA_ARGS__}
 #define NX (4 * 1 * 4 * 4)
 #define NT (4 * 2 * 4 * 4)
-
-static bool has(const char *hay, const char *needle) { return strstr(hay ? hay : "", needle) != NULL; }
-#define CHECK_HAS(hay, needle) CHECK_MSG(has((hay), (needle)), "message \"%s\" lacks \"%s\"", (hay), (needle))
 
 static mn_graph *build(void) {
     mn_graph *g = NULL;
@@ -98,27 +95,6 @@ static void feed(mn_session *s, int k, int poison) {
     CHECK_OK(mn_session_set_input(s, "t", t, sizeof t), mn_session_error(s));
 }
 
-/* Every parameter and optimizer state tensor, concatenated in node order
- * (running statistics are frozen parameters). *n: the count. */
-static float *snapshot(mn_session *s, size_t *n) {
-    size_t total = 0;
-    for (int32_t i = 0; i < s->g->n; i++) {
-        const node *nd = &s->g->nodes[i];
-        if (nd->op == OP_PARAM || (nd->op == OP_STATE && (nd->flags & NODE_F_OPTIM)))
-            total += (size_t)node_numel(nd);
-    }
-    float *v = calloc(total + 1, sizeof *v);
-    size_t at = 0;
-    for (int32_t i = 0; v && i < s->g->n; i++) {
-        const node *nd = &s->g->nodes[i];
-        if (!(nd->op == OP_PARAM || (nd->op == OP_STATE && (nd->flags & NODE_F_OPTIM)))) continue;
-        CHECK_OK(session_read_f32(s, i, v + at, (size_t)node_numel(nd)), mn_session_error(s));
-        at += (size_t)node_numel(nd);
-    }
-    *n = total;
-    return v;
-}
-
 static bool all_finite(const float *v, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(v[i])) return false;
@@ -161,7 +137,7 @@ static void test_skip(const mn_graph *g, cfg c, int poison) {
     snprintf(pb, sizeof pb, "/tmp/mn-nonfinite-%ld-b.ckpt", (long)getpid());
     CHECK_OK(mn_session_save(s, pa), mn_session_error(s));
     size_t n0, n1;
-    float *before = snapshot(s, &n0);
+    float *before = th_snapshot(s, &n0);
     const float lr_before = mn_session_lr(s);
     feed(s, 2, poison);
     mn_status st = mn_session_step(s);
@@ -174,7 +150,7 @@ static void test_skip(const mn_graph *g, cfg c, int poison) {
     CHECK_MSG(!isfinite(loss), "%s: the loss of the bad step reads %g", what, (double)loss);
     CHECK(mn_session_step_count(s) == 2);
     CHECK(mn_session_lr(s) == lr_before);
-    float *after = snapshot(s, &n1);
+    float *after = th_snapshot(s, &n1);
     CHECK_MSG(before && after && n0 == n1 && memcmp(before, after, n0 * sizeof *before) == 0,
               "%s: parameters or optimizer state changed by a skipped step", what);
     CHECK(after && all_finite(after, n1));
@@ -194,7 +170,7 @@ static void test_skip(const mn_graph *g, cfg c, int poison) {
     }
     CHECK(mn_session_step_count(s) == 4 && mn_session_step_count(twin) == 4);
     size_t n2, n3;
-    float *mine = snapshot(s, &n2), *ref = snapshot(twin, &n3);
+    float *mine = th_snapshot(s, &n2), *ref = th_snapshot(twin, &n3);
     CHECK_MSG(mine && ref && n2 == n3 && memcmp(mine, ref, n2 * sizeof *mine) == 0,
               "%s: after the skip, training differs from a session that never saw the bad batch", what);
     CHECK_MSG(mine && before && memcmp(mine, before, n0 * sizeof *mine) != 0, "%s: finite steps changed nothing",
@@ -216,7 +192,7 @@ static void test_apply(const mn_graph *g, mn_backend_kind b) {
     CHECK_HAS(mn_session_error(s), "applied");
     CHECK(mn_session_step_count(s) == 2);
     size_t n;
-    float *v = snapshot(s, &n);
+    float *v = th_snapshot(s, &n);
     CHECK_MSG(v && !all_finite(v, n), "%s apply: the NaN update was not applied", bk(b));
     free(v);
     mn_session_destroy(s);
@@ -234,7 +210,7 @@ static void test_unchecked(const mn_graph *g, mn_backend_kind b) {
     CHECK_OK(mn_session_step(s), mn_session_error(s));
     CHECK(mn_session_step_count(s) == 1);
     size_t n;
-    float *v = snapshot(s, &n);
+    float *v = th_snapshot(s, &n);
     CHECK(v && !all_finite(v, n));
     free(v);
     mn_session_destroy(s);
@@ -254,7 +230,7 @@ static void test_clip_same(const mn_graph *g, mn_backend_kind b) {
             CHECK_OK(mn_session_step(u), mn_session_error(u));
         }
         size_t n1, n2;
-        float *a = snapshot(s, &n1), *bb = snapshot(u, &n2);
+        float *a = th_snapshot(s, &n1), *bb = th_snapshot(u, &n2);
         CHECK_MSG(a && bb && n1 == n2 && memcmp(a, bb, n1 * sizeof *a) == 0,
                   "%s: clipping through the step gate differs from clip_coef", bk(b));
         free(a), free(bb);
@@ -286,7 +262,7 @@ static void test_gradient_only(mn_backend_kind b) {
         CHECK_OK(mn_session_set_input(s, "x", xv, sizeof xv), mn_session_error(s));
         CHECK(mn_session_step(s) == MN_E_NONFINITE);
         CHECK_HAS(mn_session_error(s), "gradients are not finite");
-        CHECK_MSG(!has(mn_session_error(s), "loss is not finite"), "message: %s", mn_session_error(s));
+        CHECK_MSG(!th_has(mn_session_error(s), "loss is not finite"), "message: %s", mn_session_error(s));
         CHECK_HAS(mn_session_error(s), "(loss 2)");
         CHECK_OK(mn_session_get_param(s, "w", wv, 2), mn_session_error(s));
         CHECK(wv[0] == 1.0f && wv[1] == 1.0f);
