@@ -85,8 +85,8 @@ const char *mn_status_str(mn_status s);
 
 typedef enum mn_dtype {
     MN_F32 = 0,
-    MN_F16 = 1,  /* reserved for the fast numerics contract */
-    MN_BF16 = 2, /* reserved for the fast numerics contract */
+    MN_F16 = 1,  /* IEEE binary16: inputs, mn_cast results (docs/ARCHITECTURE.md, Dtypes) */
+    MN_BF16 = 2, /* bfloat16: inputs, mn_cast results */
     MN_I32 = 3   /* integer class labels */
 } mn_dtype;
 /* "f32", "f16", "bf16", "i32"; "?" for anything else. */
@@ -147,6 +147,8 @@ mn_status mn_graph_output(mn_graph *g, mn_tensor t, const char *name);
 mn_status mn_graph_loss(mn_graph *g, mn_tensor t);
 
 mn_status mn_tensor_shape(const mn_graph *g, mn_tensor t, int *rank, int64_t shape[MN_MAX_RANK]);
+/* The dtype of t (inputs and outputs take mn_dtype_size(dtype) bytes a value). */
+mn_status mn_tensor_dtype(const mn_graph *g, mn_tensor t, mn_dtype *dtype);
 /* Textual dump, stable across runs (tests compare it literally). */
 mn_status mn_graph_dump(const mn_graph *g, FILE *f);
 
@@ -178,6 +180,15 @@ mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x);
  * range reduction, not the builtins). Gradients cos(x) and -sin(x). */
 mn_status mn_sin(mn_graph *g, mn_tensor *out, mn_tensor x);
 mn_status mn_cos(mn_graph *g, mn_tensor *out, mn_tensor x);
+/* x (f32, f16 or bf16) as dtype (MN_F32, MN_F16, MN_BF16): each value
+ * rounded to the nearest one of dtype, ties to even (f16: subnormals kept,
+ * |x| >= 65520 -> inf; bf16: the f32 exponent range); to f32 it is exact.
+ * Every other op reads 16-bit tensors as the f32 values they hold and gives
+ * f32 (PyTorch's promotion of a 16-bit and an f32 operand). The gradient of
+ * a cast is rounded to the cast's dtype, then returned in x's (like the
+ * gradient of x.half() in PyTorch), which is why f16 training wants loss
+ * scaling (mn_loss_scale). */
+mn_status mn_cast(mn_graph *g, mn_tensor *out, mn_tensor x, mn_dtype dtype);
 /* Reductions over one axis (negative counts from the end) or MN_ALL_AXES. */
 mn_status mn_sum(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);
 mn_status mn_mean(mn_graph *g, mn_tensor *out, mn_tensor x, int axis, bool keepdim);

@@ -157,8 +157,8 @@ int main(void) {
         const char *what;
         int want;
     } pins[] = {
-        {"OPF_SOURCE", 4},   {"OPF_VIEW", 1}, {"OPF_ALIAS", 4},  {"OPF_INPLACE", 26}, {"OPF_ROOT", 4},
-        {"OPF_ROOT_RUN", 1}, {"writes", 4},   {"elementwise", 25}, {"bcast", 2},      {"reduce", 9},
+        {"OPF_SOURCE", 4},   {"OPF_VIEW", 1}, {"OPF_ALIAS", 4},  {"OPF_INPLACE", 27}, {"OPF_ROOT", 4},
+        {"OPF_ROOT_RUN", 1}, {"writes", 4},   {"elementwise", 26}, {"bcast", 2},      {"reduce", 9},
         {"row", 15},         {"matmul", 4},   {"layout", 5},     {"opaque", 24},
     };
     const int got[] = {count_flag(OPF_SOURCE),  count_flag(OPF_VIEW),         count_flag(OPF_ALIAS),

@@ -20,14 +20,16 @@ from ._lib import (BackendError, DtypeError, Error, FileError, FormatError, Inva
                    NonFiniteError, NotFoundError, OutOfMemoryError, ShapeError, StateError,
                    UnsupportedError, status_name)
 from .graph import ALL_AXES, BF16, F16, F32, I32, NONE, Graph, Init, Tensor, fold_batch_norm
-from .session import SGD, Adam, AdamW, Device, Optimizer, Session, checkpoint_meta, list_devices
+from .session import (SGD, Adam, AdamW, Device, Optimizer, Session, bf16_decode, bf16_encode, checkpoint_meta,
+                      list_devices)
 from .tokenizer import Tokenizer
 from . import mnist, onnx
 
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Tensor", "Init", "Session", "Device", "Optimizer", "SGD", "Adam", "AdamW", "Tokenizer",
-           "checkpoint_meta", "list_devices", "fold_batch_norm", "mnist", "onnx", "status_name",
+           "checkpoint_meta", "list_devices", "fold_batch_norm", "mnist", "onnx", "status_name", "bf16_encode",
+           "bf16_decode",
            "F32", "F16", "BF16", "I32", "NONE", "ALL_AXES",
            "Error", "InvalidArgumentError", "ShapeError", "DtypeError", "OutOfMemoryError", "FileError",
            "FormatError", "NotFoundError", "UnsupportedError", "BackendError", "StateError", "NonFiniteError"]

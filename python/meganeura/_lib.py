@@ -131,6 +131,7 @@ SIGNATURES = {
     "mn_graph_output": (ST, [P, T, c_char_p]),
     "mn_graph_loss": (ST, [P, T]),
     "mn_tensor_shape": (ST, [P, T, POINTER(c_int), I64P]),
+    "mn_cast": (ST, [P, POINTER(c_int32), T, c_int]),
     "mn_graph_dump": (ST, [P, P]),
     "mn_optimizer_default": (mn_optimizer, [c_int]),
     "mn_session_default_options": (mn_session_options, []),

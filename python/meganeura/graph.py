@@ -32,7 +32,7 @@ from ._lib import (Handle, PT, ST, P, check, lib, mn_attention_params, mn_conv1d
 # dtypes (mn_dtype): the numpy type of each
 F32, F16, BF16, I32 = 0, 1, 2, 3
 DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", I32: "i32"}
-NUMPY = {F32: np.float32, I32: np.int32}
+NUMPY = {F32: np.float32, F16: np.float16, BF16: np.uint16, I32: np.int32}  # bf16: the raw 16-bit encodings
 NONE = -1        # MN_NONE
 ALL_AXES = 127   # MN_ALL_AXES
 MAX_RANK = 4
@@ -329,6 +329,14 @@ class Graph(Handle):
         self._check(lib.mn_graph_state(self.handle, byref(out), name.encode(), rank, arr))
         self.states[name] = tuple(int(d) for d in shape)
         return Tensor(self, out.value)
+
+    def cast(self, x, dtype):
+        """x rounded to dtype (F32, F16, BF16: to nearest, ties to even); the
+        result has that dtype (outputs of F16: numpy float16, BF16: uint16
+        encodings)."""
+        out = c_int32()
+        self._check(lib.mn_cast(self.handle, byref(out), self._tensor(x).handle, int(dtype)))
+        return Tensor(self, out.value, int(dtype))
 
     def output(self, t, name):
         """Marks t as the output `name`; returns t."""

@@ -24,7 +24,7 @@ from ctypes import byref, c_char_p, c_float, c_int64, c_size_t
 import numpy as np
 
 from ._lib import Handle, P, capture, check, error, lib, mn_optimizer, mn_session_options
-from .graph import F32, NUMPY, Graph
+from .graph import BF16, F32, NUMPY, Graph
 
 BACKENDS = {"cpu": 0, "vulkan": 1}
 OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
@@ -32,6 +32,19 @@ SCHEDULES = {"constant": 0, "warmup_cosine": 1}
 NONFINITE = {"skip": 0, "apply": 1, "unchecked": 2}
 PRECISION = {"strict": 0, "bf16": 1, "f16": 2}
 MEMORY_ARENAS = ("parameters", "optimizer", "io", "work")
+
+
+def bf16_encode(x):
+    """float values -> their bf16 encodings (uint16), rounded to nearest, ties to even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    return np.where(nan, np.uint16(0x7FC0), r)
+
+
+def bf16_decode(h):
+    """bf16 encodings (uint16) -> float32 values (exact)."""
+    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def _choice(table, v, what):
@@ -156,6 +169,8 @@ class Session(Handle):
         """Copies data into the named input; a C-contiguous array of the
         input's dtype is read in place (no intermediate copy)."""
         shape, dt = self.inputs.get(name, (None, F32))
+        if dt == BF16 and np.asarray(data).dtype != np.uint16:  # floats: their bf16 encodings
+            data = bf16_encode(data)
         a = np.ascontiguousarray(data, dtype=NUMPY.get(dt, np.float32))
         if shape is not None and a.size != int(np.prod(shape)):
             raise error(-2, "input '%s' is %s (%d elements); got an array of shape %s (%d elements)" %

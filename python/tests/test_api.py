@@ -417,6 +417,27 @@ def test_loss_scale_unscales_exactly_and_skips_overflows():
             assert s.loss_scale == (1024.0, 0) and s.step_count == 1
 
 
+def test_cast_and_16_bit_inputs_and_outputs():
+    xs = np.array([1.0, 1.0 + 2.0 ** -11, 65519.0, 65520.0, 2.0 ** -25 * 1.5, -0.0, 0.1], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        x16 = xs.astype(np.float16)  # 65520 -> inf, as the cast
+    with mn.Graph() as g:
+        x = g.input("x", (7,))
+        h = g.output(g.cast(x, mn.F16), "h")
+        g.output(g.cast(x, mn.BF16), "b")
+        xh = g.input("xh", (7,), mn.F16)
+        g.output(xh * 2.0, "y")
+        assert h.dtype == mn.F16
+        with mn.Session(g) as s:
+            s.run(x=xs, xh=x16)
+            assert s.output("h").dtype == np.float16
+            assert np.array_equal(s.output("h"), x16)  # numpy rounds to nearest even too
+            assert np.array_equal(s.output("y"), 2 * x16.astype(np.float32))
+            assert np.array_equal(mn.bf16_decode(s.output("b")), mn.bf16_decode(mn.bf16_encode(xs)))
+        with pytest.raises(mn.DtypeError, match="cast: to i32"):
+            g.cast(x, mn.I32)
+
+
 # ---- handles are freed deterministically and on collection ---------------------------------------
 
 def test_handles_are_freed_once(monkeypatch):

@@ -239,6 +239,20 @@ static mn_status grad_scale(adctx *c, const node *n, int32_t y, int32_t dy, int3
     return mn_scale(c->g, &dx[0], dy, (float)scale_factor(n));
 }
 
+/* The gradient of a 16-bit tensor is 16-bit (PyTorch: y = x.half(), dy is
+ * f16): dy rounded to the cast's dtype, then given in x's. */
+static mn_status grad_cast(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
+    const mn_dtype to = cast_dtype(n), from = c->g->nodes[n->in[0]].dtype;
+    mn_status st = MN_OK;
+    int32_t t = dy;
+    if (to != MN_F32 && to != c->g->nodes[dy].dtype && (st = mn_cast(c->g, &t, dy, to))) return st;
+    if (c->g->nodes[t].dtype == from) {
+        dx[0] = t;
+        return MN_OK;
+    }
+    return mn_cast(c->g, &dx[0], t, from);
+}
+
 static mn_status grad_neg(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     return mn_neg(c->g, &dx[0], dy);
 }

@@ -87,6 +87,32 @@ static inline double mn_round16_d(double x, mn_round16 mode) {
     }
 }
 
+/* The 16-bit encodings (host I/O of f16 and bf16 tensors): decoding is
+ * exact; encoding rounds first (to nearest, ties to even), so a value the
+ * format holds is encoded exactly. */
+static inline float mn_bf16_decode(uint16_t h) { return mn_f32_of_bits((uint32_t)h << 16); }
+static inline uint16_t mn_bf16_encode(float x) {
+    const uint32_t u = mn_f32_bits(mn_round_bf16f(x));
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)(u >> 16); /* NaN stays NaN */
+}
+static inline float mn_f16_decode(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 31) return mn_f32_of_bits(sign | 0x7f800000u | (m << 13));
+    if (e == 0) { /* zero or subnormal: m * 2^-24 */
+        const float v = ldexpf((float)m, -24);
+        return sign ? -v : v;
+    }
+    return mn_f32_of_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+static inline uint16_t mn_f16_encode(float x) {
+    const float r = mn_round_f16f(x);
+    const uint32_t u = mn_f32_bits(r), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) return (uint16_t)(sign | (uint32_t)ldexpf(fabsf(r), 24)); /* below 2^-14: subnormal */
+    return (uint16_t)(sign | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu));
+}
+
 static inline float mn_round16_f(float x, mn_round16 mode) {
     switch (mode) {
     case MN_ROUND_BF16: return mn_round_bf16f(x);

@@ -261,6 +261,13 @@ static inline void sumsq_block_set(node *n, int64_t block) { n->ip[0] = block; }
 /* The blocks of a SUMSQ with block length b over numel elements. */
 static inline int64_t sumsq_blocks(int64_t numel, int64_t b) { return numel > 0 ? (numel + b - 1) / b : 1; }
 static inline void clip_norm_set(node *n, double c) { n->fp[0] = c; }
+/* CAST: ip[0] = the dtype (MN_F32, MN_F16, MN_BF16) */
+static inline mn_dtype cast_dtype(const node *n) { return (mn_dtype)n->ip[0]; }
+static inline void cast_dtype_set(node *n, mn_dtype d) { n->ip[0] = (int64_t)d; }
+/* The operand rounding of a dtype (none for f32). */
+static inline mn_round16 dtype_round16(mn_dtype d) {
+    return d == MN_F16 ? MN_ROUND_F16 : d == MN_BF16 ? MN_ROUND_BF16 : MN_ROUND_NONE;
+}
 /* STEP_GATE: ip[0] = 1: the last input is the loss scale (ops.def) */
 static inline bool step_gate_scaled(const node *n) { return n->ip[0] != 0; }
 static inline bool step_gate_has_sumsq(const node *n) { return n->nin - (n->ip[0] != 0) > 1; }

@@ -21,7 +21,7 @@ const op_info op_table[OP_COUNT] = {
 #undef MN_OP
 };
 /* Adding an op means touching every stage's table; this pin makes it loud. */
-_Static_assert(OP_COUNT == 84, "op table changed: update every stage (autodiff, cpu) and this count");
+_Static_assert(OP_COUNT == 85, "op table changed: update every stage (autodiff, cpu) and this count");
 
 int64_t node_numel(const node *n) {
     int64_t e = 1;
@@ -335,9 +335,9 @@ mn_status graph_source(mn_graph *g, int32_t *out, op_id op, const char *name, mn
      * init hash); only constants are anonymous */
     if ((op != OP_CONST || name) && (st = graph_check_name(g, what, name, library))) return st;
     if ((st = check_shape(g, what, name ? name : "", rank, shape))) return st;
-    if (dt != MN_F32 && dt != MN_I32)
-        return graph_fail(g, MN_E_DTYPE, "%s '%s': dtype %s is not supported yet (f32, i32)", what,
-                          name ? name : "", mn_dtype_name(dt));
+    if (dt != MN_F32 && dt != MN_I32 && !(op == OP_INPUT && (dt == MN_F16 || dt == MN_BF16)))
+        return graph_fail(g, MN_E_DTYPE, "%s '%s': dtype %s is not supported (f32, i32%s)", what, name ? name : "",
+                          mn_dtype_name(dt), op == OP_INPUT ? ", f16, bf16" : "; 16-bit values come from inputs and mn_cast");
     node p = graph_proto(op, 0, NULL);
     p.dtype = dt;
     p.rank = rank;
@@ -492,6 +492,13 @@ mn_status mn_tensor_shape(const mn_graph *g, mn_tensor t, int *rank, int64_t sha
     *rank = n->rank;
     if (shape)
         for (int i = 0; i < MN_MAX_RANK; i++) shape[i] = i < n->rank ? n->shape[i] : 0;
+    return MN_OK;
+}
+
+mn_status mn_tensor_dtype(const mn_graph *g, mn_tensor t, mn_dtype *dtype) {
+    int32_t id = graph_decode(g, t);
+    if (id < 0 || !dtype) return MN_E_INVALID;
+    *dtype = g->nodes[id].dtype;
     return MN_OK;
 }
 

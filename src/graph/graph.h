@@ -134,6 +134,8 @@ static inline mn_round16 node_round16(const node *n) {
 
 /* Element count (1 for rank 0). */
 int64_t node_numel(const node *n);
+/* f32, f16 or bf16: a float tensor (16-bit ones held in f32 containers). */
+static inline bool dtype_is_float(mn_dtype d) { return d == MN_F32 || d == MN_F16 || d == MN_BF16; }
 size_t node_bytes(const node *n, size_t elem_f32_size);
 bool op_is_source(op_id op);
 

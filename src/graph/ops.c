@@ -64,6 +64,11 @@ mn_status mn_silu(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, ou
 mn_status mn_stop_gradient(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_STOP_GRAD, x); }
 mn_status mn_sin(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SIN, x); }
 mn_status mn_cos(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_COS, x); }
+mn_status mn_cast(mn_graph *g, mn_tensor *out, mn_tensor x, mn_dtype dtype) {
+    node p = graph_proto(OP_CAST, 1, &x);
+    cast_dtype_set(&p, dtype);
+    return add_op(g, out, &p);
+}
 mn_status mn_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_SOFTMAX, x); }
 mn_status mn_log_softmax(mn_graph *g, mn_tensor *out, mn_tensor x) { return unary(g, out, OP_LOG_SOFTMAX, x); }
 

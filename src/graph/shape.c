@@ -42,11 +42,12 @@ static bool broadcasts_to(const node *from, int rank, const int64_t *to) {
     return true;
 }
 
+/* Input i is a float tensor: f32, or f16/bf16 read as the f32 values it holds. */
 static mn_status need_f32(mn_graph *g, const node *n, int i) {
     const node *x = &g->nodes[n->in[i]];
-    if (x->dtype != MN_F32) {
+    if (!dtype_is_float(x->dtype)) {
         char sb[96];
-        return graph_fail(g, MN_E_DTYPE, "%s: input %d (%%%d %s) must be f32, got %s",
+        return graph_fail(g, MN_E_DTYPE, "%s: input %d (%%%d %s) must be a float tensor (f32, f16, bf16), got %s",
                           op_table[n->op].name, i, n->in[i], SHP(sb, x), mn_dtype_name(x->dtype));
     }
     return MN_OK;
@@ -765,6 +766,14 @@ mn_status graph_infer(mn_graph *g, node *n) {
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_GELU: case OP_GELU_TANH: case OP_SILU:
     case OP_STOP_GRAD: case OP_SIN: case OP_COS:
         if ((st = need_f32(g, n, 0))) return st;
+        copy_shape_of(n, IN(0));
+        return MN_OK;
+    case OP_CAST:
+        if ((st = need_f32(g, n, 0))) return st;
+        if (!dtype_is_float((mn_dtype)n->ip[0]))
+            return graph_fail(g, MN_E_DTYPE, "cast: to %s (%lld); a cast goes to f32, f16 or bf16",
+                              mn_dtype_name((mn_dtype)n->ip[0]), (long long)n->ip[0]);
+        n->dtype = (mn_dtype)n->ip[0];
         copy_shape_of(n, IN(0));
         return MN_OK;
     case OP_SUM: case OP_MEAN: case OP_MAX:

@@ -40,9 +40,11 @@ static bool gathers_at_other_index(op_id op) { return op_fuse_class(op) == FUSE_
 /* Pointwise, f32 in and out, rank <= 4 (the eltwise kernel's index space). */
 static bool fusible(const mn_graph *g, int32_t id) {
     const node *n = &g->nodes[id];
-    if (!kir_op_pointwise(n->op) || n->dtype != MN_F32 || n->rank > 4) return false;
+    /* 16-bit tensors are f32 containers (docs/ARCHITECTURE.md, Dtypes): a
+     * cast is one more pointwise expression */
+    if (!kir_op_pointwise(n->op) || !dtype_is_float(n->dtype) || n->rank > 4) return false;
     for (int i = 0; i < n->nin; i++)
-        if (g->nodes[n->in[i]].dtype != MN_F32 || g->nodes[n->in[i]].rank > 4) return false;
+        if (!dtype_is_float(g->nodes[n->in[i]].dtype) || g->nodes[n->in[i]].rank > 4) return false;
     return true;
 }
 

@@ -100,7 +100,7 @@ mn_status session_read_node(mn_session *s, int32_t id, void *dst, size_t bytes) 
 mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t count) {
     id = graph_id(id);
     const node *n = &s->g->nodes[id];
-    if (!s->iopt.f64 || n->dtype != MN_F32) return session_write_node(s, id, src, count * 4);
+    if (!s->iopt.f64 || n->dtype == MN_I32) return session_write_node(s, id, src, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
     if (!tmp) return fail(s, MN_E_NOMEM, "out of memory converting '%s'", n->name ? n->name : "tensor");
     for (size_t i = 0; i < count; i++) tmp[i] = ((const float *)src)[i];
@@ -112,7 +112,7 @@ mn_status session_write_f32(mn_session *s, int32_t id, const void *src, size_t c
 mn_status session_read_f32(mn_session *s, int32_t id, void *dst, size_t count) {
     id = graph_id(id);
     const node *n = &s->g->nodes[id];
-    if (!s->iopt.f64 || n->dtype != MN_F32) return session_read_node(s, id, dst, count * 4);
+    if (!s->iopt.f64 || n->dtype == MN_I32) return session_read_node(s, id, dst, count * 4);
     double *tmp = malloc(count * sizeof *tmp + 1);
     if (!tmp) return fail(s, MN_E_NOMEM, "out of memory converting '%s'", n->name ? n->name : "tensor");
     mn_status st = session_read_node(s, id, tmp, count * 8);
@@ -457,13 +457,21 @@ mn_status mn_session_set_input(mn_session *s, const char *name, const void *data
     if (s->host_bound && s->host_bound[id])
         return fail(s, MN_E_STATE, "set_input '%s': the input is bound to a host Vulkan buffer; write it there", name);
     const node *n = &s->g->nodes[id];
-    size_t want = (size_t)node_numel(n) * 4;
+    const size_t count = (size_t)node_numel(n), want = count * mn_dtype_size(n->dtype);
     char sb[96];
     if (!data) return fail(s, MN_E_INVALID, "set_input '%s': data is NULL", name);
     if (bytes != want)
         return fail(s, MN_E_SHAPE, "set_input '%s': got %zu bytes, the input is %s %s = %zu bytes", name,
                     bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
-    return session_write_f32(s, id, data, (size_t)node_numel(n));
+    if (n->dtype != MN_F16 && n->dtype != MN_BF16) return session_write_f32(s, id, data, count);
+    /* 16-bit values: decoded into the f32 container (exact) */
+    float *tmp = malloc(count * sizeof *tmp + 1);
+    if (!tmp) return fail(s, MN_E_NOMEM, "set_input '%s': out of memory converting %zu values", name, count);
+    const uint16_t *h = data;
+    for (size_t i = 0; i < count; i++) tmp[i] = n->dtype == MN_F16 ? mn_f16_decode(h[i]) : mn_bf16_decode(h[i]);
+    st = session_write_f32(s, id, tmp, count);
+    free(tmp);
+    return st;
 }
 
 mn_status session_forward_backward(mn_session *s) {
@@ -554,13 +562,21 @@ mn_status mn_session_output(mn_session *s, const char *name, void *dst, size_t b
     if (s->host_bound && s->host_bound[id])
         return fail(s, MN_E_STATE, "output '%s': the output is bound to a host Vulkan buffer; read it there", name);
     const node *n = &s->g->nodes[id];
-    size_t want = (size_t)node_numel(n) * 4;
+    const size_t count = (size_t)node_numel(n), want = count * mn_dtype_size(n->dtype);
     char sb[96];
     if (!dst) return fail(s, MN_E_INVALID, "output '%s': dst is NULL", name);
     if (bytes != want)
         return fail(s, MN_E_SHAPE, "output '%s': buffer of %zu bytes, the output is %s %s = %zu bytes", name,
                     bytes, mn_dtype_name(n->dtype), shape_str(sb, sizeof sb, n->rank, n->shape), want);
-    return session_read_f32(s, id, dst, (size_t)node_numel(n));
+    if (n->dtype != MN_F16 && n->dtype != MN_BF16) return session_read_f32(s, id, dst, count);
+    /* 16-bit values: the container holds values of the dtype, encoded exactly */
+    float *tmp = malloc(count * sizeof *tmp + 1);
+    if (!tmp) return fail(s, MN_E_NOMEM, "output '%s': out of memory converting %zu values", name, count);
+    st = session_read_f32(s, id, tmp, count);
+    uint16_t *h = dst;
+    for (size_t i = 0; !st && i < count; i++) h[i] = n->dtype == MN_F16 ? mn_f16_encode(tmp[i]) : mn_bf16_encode(tmp[i]);
+    free(tmp);
+    return st;
 }
 
 mn_status mn_session_numel(mn_session *s, const char *name, size_t *out) {

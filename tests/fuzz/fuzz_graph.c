@@ -352,6 +352,16 @@ static int32_t data_i(fz *z) {
     return (int32_t)((r >> 33) % 12) - 2; /* labels, ids, positions: -2..9 */
 }
 static void fill(fz *z, void *buf, size_t bytes, mn_dtype dt) {
+    if (dt == MN_F16 || dt == MN_BF16) { /* 16-bit encodings of the data's floats */
+        for (size_t k = 0; k + 2 <= bytes; k += 2) {
+            const float v = data_f(z);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            const uint16_t h = dt == MN_BF16 ? (uint16_t)(u >> 16) : (uint16_t)(u >> 13 ^ u);
+            memcpy((char *)buf + k, &h, 2);
+        }
+        return;
+    }
     for (size_t k = 0; k + 4 <= bytes; k += 4) {
         if (dt == MN_I32) {
             int32_t v = data_i(z);
@@ -453,12 +463,18 @@ static void after_call(fz *z, const char *what, mn_status st, int32_t before, co
 typedef mn_status (*op1_fn)(mn_graph *, mn_tensor *, mn_tensor);
 typedef mn_status (*op2_fn)(mn_graph *, mn_tensor *, mn_tensor, mn_tensor);
 
+static mn_status cast_f32(mn_graph *g, mn_tensor *o, mn_tensor x) { return mn_cast(g, o, x, MN_F32); }
+static mn_status cast_f16(mn_graph *g, mn_tensor *o, mn_tensor x) { return mn_cast(g, o, x, MN_F16); }
+static mn_status cast_bf16(mn_graph *g, mn_tensor *o, mn_tensor x) { return mn_cast(g, o, x, MN_BF16); }
+static mn_status cast_i32(mn_graph *g, mn_tensor *o, mn_tensor x) { return mn_cast(g, o, x, MN_I32); } /* refused */
+
 static const struct { const char *name; op1_fn fn; } g_unary[] = {
     {"neg", mn_neg}, {"exp", mn_exp}, {"log", mn_log}, {"sqrt", mn_sqrt}, {"rsqrt", mn_rsqrt},
     {"relu", mn_relu}, {"sigmoid", mn_sigmoid}, {"tanh", mn_tanh}, {"gelu", mn_gelu},
     {"gelu_tanh", mn_gelu_tanh}, {"silu", mn_silu}, {"stop_gradient", mn_stop_gradient},
     {"softmax", mn_softmax}, {"log_softmax", mn_log_softmax}, {"abs", mn_abs},
     {"global_avg_pool", mn_global_avg_pool}, {"upsample_nearest2x", mn_upsample_nearest2x},
+    {"cast_f32", cast_f32}, {"cast_f16", cast_f16}, {"cast_bf16", cast_bf16}, {"cast_i32", cast_i32},
 };
 static const struct { const char *name; op2_fn fn; } g_binary[] = {
     {"add", mn_add}, {"sub", mn_sub}, {"mul", mn_mul}, {"div", mn_div}, {"matmul", mn_matmul},
@@ -559,7 +575,9 @@ static void op_marker(fz *z, int kind) {
              * the name it was given */
             bool dup = false;
             for (int k = 0; k < z->noutputs; k++) dup |= z->outputs[k].t == t;
-            if (!dup && name) track(z->outputs, &z->noutputs, name, t, MN_F32, numel_of(r, s, 1 << 30));
+            mn_dtype dt = MN_F32;
+            (void)mn_tensor_dtype(z->g, t, &dt);
+            if (!dup && name) track(z->outputs, &z->noutputs, name, t, dt, numel_of(r, s, 1 << 30));
         }
         break;
     }
@@ -589,7 +607,9 @@ static void mark_output(fz *z, mn_tensor t) {
     after_call(z, "graph_output", st, before, NULL, 0, true);
     int64_t s[MN_MAX_RANK];
     int r = rank_of(z, t, s);
-    if (st == MN_OK) track(z->outputs, &z->noutputs, name, t, MN_F32, numel_of(r, s, 1 << 30));
+    mn_dtype dt = MN_F32;
+    if (st == MN_OK) (void)mn_tensor_dtype(z->g, t, &dt);
+    if (st == MN_OK) track(z->outputs, &z->noutputs, name, t, dt, numel_of(r, s, 1 << 30));
 }
 
 /* A parameter shaped for a role next to tensor x: x's shape, a vector of its
@@ -1081,9 +1101,9 @@ static void set_inputs(fz *z, mn_session *s, bool exact_only, uint8_t how) {
     for (int k = 0; k < z->ninputs; k++) {
         const named *in = &z->inputs[k];
         if (in->numel < 0) continue;
-        size_t bytes = (size_t)in->numel * 4;
+        size_t bytes = (size_t)in->numel * mn_dtype_size(in->dt);
         int v = exact_only ? 0 : (how >> (k % 4 * 2)) & 3;
-        if (v == 1) bytes = bytes ? bytes - 4 : 4;
+        if (v == 1) bytes = bytes >= 4 ? bytes - 4 : bytes + 1; /* a size no dtype makes */
         if (v == 2) bytes += 4;
         void *buf = malloc(bytes ? bytes : 1);
         if (!buf) abort();
@@ -1093,7 +1113,7 @@ static void set_inputs(fz *z, mn_session *s, bool exact_only, uint8_t how) {
             FZ_EXPECT(st == MN_OK, "set_input '%s' (%zu bytes): %s: %s", in->name, bytes, mn_status_str(st),
                       mn_session_error(s));
         else FZ_EXPECT(st != MN_OK, "set_input '%s' accepted %zu bytes (want %lld) or NULL data", in->name, bytes,
-                       (long long)in->numel * 4);
+                       (long long)in->numel * (long long)mn_dtype_size(in->dt));
         free(buf);
     }
     FZ_EXPECT(mn_session_set_input(s, "no such input", "abcd", 4) == MN_E_NOT_FOUND, "set_input of an unknown name");
@@ -1146,9 +1166,9 @@ static void read_outputs(fz *z, mn_session *s, uint8_t how) {
     for (int k = 0; k < z->noutputs; k++) {
         const named *o = &z->outputs[k];
         if (o->numel < 0) continue;
-        size_t bytes = (size_t)o->numel * 4;
+        size_t bytes = (size_t)o->numel * mn_dtype_size(o->dt);
         int v = (how >> (k % 4 * 2)) & 3;
-        if (v == 1) bytes = bytes ? bytes - 4 : 4;
+        if (v == 1) bytes = bytes >= 4 ? bytes - 4 : bytes + 1; /* a size no dtype makes */
         if (v == 2) bytes += 4;
         void *buf = malloc(bytes ? bytes : 1);
         if (!buf) abort();
@@ -1371,7 +1391,7 @@ static float *observe(fz *z, mn_session *s, bool training, uint8_t pattern, size
     for (int k = 0; k < z->noutputs; k++) {
         const named *o = &z->outputs[k];
         if (o->numel <= 0) continue;
-        mn_status st = mn_session_output(s, o->name, v + at, (size_t)o->numel * 4);
+        mn_status st = mn_session_output(s, o->name, v + at, (size_t)o->numel * mn_dtype_size(o->dt));
         FZ_EXPECT(st == MN_OK, "output '%s': %s: %s", o->name, mn_status_str(st), mn_session_error(s));
         at += (size_t)o->numel;
     }

@@ -247,6 +247,8 @@ KN_UNARY(gelu_tanh, KN(gelu_tanh1)(v))
 KN_UNARY(silu, v * KN(sigmoid1)(v))
 KN_UNARY(sin, sin(v))
 KN_UNARY(cos, cos(v))
+/* rounded once from the stored f32 or f64 value (core/round16.h) */
+KN_UNARY(cast, (real)mn_round16_d((double)v, dtype_round16(cast_dtype(n))))
 #undef KN_UNARY
 
 KN_DEF(stop_grad) { kn_copy(n, out, in[0], kn_esize(n, sizeof(real))); }

@@ -245,6 +245,13 @@ VK_ELTWISE(cos, "mn_cos(a)")
 VK_ELTWISE(broadcast, "a")
 #undef VK_ELTWISE
 
+/* The rounding of core/round16.h (mathlib.glsl's twins: the same bits). */
+mn_status vkgen_cast(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
+    const mn_round16 r = dtype_round16(cast_dtype(n));
+    return gen_bcast(k, g, n, caps, r == MN_ROUND_F16 ? "mn_round_f16(a)" : r == MN_ROUND_BF16 ? "mn_round_bf16(a)" : "a",
+                     err, cap);
+}
+
 mn_status vkgen_scale(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     char expr[96];
     snprintf(expr, sizeof expr, "a * %s", flit_of((float)scale_factor(n)).s);
