@@ -68,6 +68,8 @@ UNARY(gelu_tanh, -3, 3)
 UNARY(silu, -3, 3)
 UNARY(sin, -4, 4)
 UNARY(cos, -4, 4)
+/* a cast to f32 (the 16-bit ones round: no finite differences through them; test_cast checks their gradient) */
+static mn_tensor c_cast(gc *c) { mn_tensor y; mn_cast(c->g, &y, GP(2, -1, 1, 3, 4), MN_F32); return y; }
 UNARY(softmax, -2, 2)
 UNARY(log_softmax, -2, 2)
 static mn_tensor c_sum(gc *c) { mn_tensor y; mn_sum(c->g, &y, GP(3, -1, 1, 2, 3, 4), 1, false); return y; }
@@ -463,7 +465,7 @@ static const gcase cases[] = {
     {OP_RSQRT, "rsqrt", c_rsqrt, 0}, {OP_RELU, "relu", c_relu, 0}, {OP_SIGMOID, "sigmoid", c_sigmoid, 0},
     {OP_TANH, "tanh", c_tanh, 0}, {OP_GELU, "gelu", c_gelu, 0}, {OP_GELU_TANH, "gelu_tanh", c_gelu_tanh, 0},
     {OP_SILU, "silu", c_silu, 0}, {OP_STOP_GRAD, "stop_grad", c_stop, CASE_STOP},
-    {OP_SIN, "sin", c_sin, 0}, {OP_COS, "cos", c_cos, 0},
+    {OP_SIN, "sin", c_sin, 0}, {OP_COS, "cos", c_cos, 0}, {OP_CAST, "cast", c_cast, 0},
     {OP_SUM, "sum_axis", c_sum, 0}, {OP_SUM, "sum_all", c_sum_all, 0},
     {OP_MEAN, "mean_keepdim", c_mean, 0}, {OP_MEAN, "mean_all", c_mean_all, 0},
     {OP_MAX, "max_axis", c_max, 0}, {OP_MAX, "max_keepdim", c_max_keep, 0}, {OP_MAX, "max_all", c_max_all, 0},

@@ -91,7 +91,7 @@ static void test_op_cases(void) {
         mn_status st = graph_serialize(c.g, &w, err, sizeof err);
         bool all_allowed = true;
         for (int32_t i = 0; i < c.g->n; i++) all_allowed &= graph_serial_op_allowed(c.g->nodes[i].op);
-        if (st == MN_E_UNSUPPORTED) { /* a case built with an internal op (reduce_to, conv2d_bwd_weight) */
+        if (st == MN_E_UNSUPPORTED) { /* a case built with an internal op (reduce_to, conv2d_bwd_weight) or a cast */
             CHECK_MSG(!all_allowed, "case %s refused: %s", cases[k].name, err);
             refused++;
         } else if (st != MN_OK) {
@@ -124,8 +124,9 @@ static void test_op_cases(void) {
         wb_free(&w);
         mn_graph_destroy(c.g);
     }
-    printf("  op cases: %d round trips, %d refused (internal ops)\n", round, refused);
-    CHECK(round >= 100 && refused == 2);
+    printf("  op cases: %d round trips, %d refused (internal ops; cast: bundles hold no 16-bit graphs yet)\n",
+           round, refused);
+    CHECK(round >= 100 && refused == 3);
     /* what autodiff and the optimizer add is never written */
     gc c;
     mn_tensor y;

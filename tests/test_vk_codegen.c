@@ -279,6 +279,9 @@ static void build_unary(mn_graph *g) {
         CHECK_OK(mn_scale(g, &y, x, -3.0f), mn_graph_error(g));
         CHECK_OK(mn_scale(g, &y, x, 1e-8f), mn_graph_error(g));
         CHECK_OK(mn_scale(g, &y, x, 1e30f), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &y, x, MN_F16), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &y, x, MN_BF16), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &y, x, MN_F32), mn_graph_error(g));
         mn_tensor fy = in_f(g, shapes[i].r, shapes[i].s), dy = in_f(g, shapes[i].r, shapes[i].s);
         for (size_t b = 0; b < MN_ARRAY_LEN(bwd); b++)
             add(g, (spec){.op = OP_UNARY_BWD, .nin = 3, .in = {x, fy, dy}, .ip = {bwd[b]}});
