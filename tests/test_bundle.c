@@ -127,6 +127,20 @@ static void test_op_cases(void) {
     printf("  op cases: %d round trips, %d refused (internal ops; cast: bundles hold no 16-bit graphs yet)\n",
            round, refused);
     CHECK(round >= 100 && refused == 3);
+    { /* a 16-bit input: refused when written (a bundle the reader would refuse) */
+        mn_graph *g;
+        mn_tensor x, y;
+        char err[256] = "";
+        mn_wbuf w = {0};
+        CHECK_OK(mn_graph_create(&g), "create");
+        CHECK_OK(mn_graph_input(g, &x, "x", MN_F16, 1, (const int64_t[]){3}), mn_graph_error(g));
+        CHECK_OK(mn_scale(g, &y, x, 2.0f), mn_graph_error(g));
+        CHECK_OK(mn_graph_output(g, y, "y"), mn_graph_error(g));
+        CHECK(graph_serialize(g, &w, err, sizeof err) == MN_E_UNSUPPORTED);
+        CHECK_MSG(strstr(err, "dtype f16") != NULL, "message: %s", err);
+        wb_free(&w);
+        mn_graph_destroy(g);
+    }
     /* what autodiff and the optimizer add is never written */
     gc c;
     mn_tensor y;

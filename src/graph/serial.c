@@ -117,6 +117,9 @@ mn_status graph_serialize(const mn_graph *g, mn_wbuf *w, char *err, size_t cap) 
         if (!rule_of(n->op, &r) || (n->op == OP_EMA_UPDATE && n->nin != 2))
             return fail(err, cap, MN_E_UNSUPPORTED, "node %d: op %s is not made by a public constructor (a bundle "
                         "holds the forward graph a user builds, not backward or optimizer nodes)", i, on);
+        if (n->dtype != MN_F32 && n->dtype != MN_I32) /* the reader takes f32 and i32 only (a bundle that would not load) */
+            return fail(err, cap, MN_E_UNSUPPORTED, "node %d (%s): dtype %s; a bundle holds f32 and i32 tensors only "
+                        "(16-bit inputs and casts are not in the format yet)", i, on, mn_dtype_name(n->dtype));
         if (n->flags & ~(uint32_t)(NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_FROZEN))
             return fail(err, cap, MN_E_UNSUPPORTED, "node %d (%s): added by the library (autodiff, the optimizer: "
                         "flags 0x%x), not by a public constructor", i, on, (unsigned)n->flags);
