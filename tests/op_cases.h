@@ -150,6 +150,28 @@ static mn_tensor c_conv2d_gemm_strided(gc *c) {
     mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 32, 15, 17), GP(4, -0.2f, 0.2f, 64, 16, 3, 3), MN_NONE, &p);
     return y;
 }
+/* The strided input gradient by stride classes (vk_gen_linalg.c
+ * conv_subpix): 1x1 stride 2 (three classes of four without a tap), 5x5
+ * stride 2 pad 2 over an odd width (classes of 9 and 8 columns), strides
+ * (3, 2) with a 3x2 kernel (classes of 5 and 4 rows, taps padded 1 -> 2). */
+static mn_tensor c_conv2d_gemm_1x1_s2(gc *c) {
+    mn_conv2d_params p = {{2, 2}, {0, 0}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 32, 12, 10), GP(4, -0.2f, 0.2f, 64, 32, 1, 1), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_conv2d_gemm_5x5_s2(gc *c) {
+    mn_conv2d_params p = {{2, 2}, {2, 2}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 2, 16, 18, 17), GP(4, -0.1f, 0.1f, 32, 16, 5, 5), MN_NONE, &p);
+    return y;
+}
+static mn_tensor c_conv2d_gemm_s3x2(gc *c) {
+    mn_conv2d_params p = {{3, 2}, {1, 0}, {1, 1}, 1};
+    mn_tensor y;
+    mn_conv2d(c->g, &y, GP(4, -1, 1, 1, 16, 13, 12), GP(4, -0.2f, 0.2f, 32, 16, 3, 2), MN_NONE, &p);
+    return y;
+}
 static mn_tensor c_matmul_mnist(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 64, 784), GP(2, -0.1f, 0.1f, 784, 128)); return y; }
 /* decoding's matrix-vector products (gemv.glsl): one row against a Linear
  * weight as published ([out, in], trans_b), a few rows against [in, out],
@@ -477,6 +499,9 @@ static const gcase cases[] = {
     {OP_CONV2D, "conv2d_groups_stride_bias", c_conv2d, 0}, {OP_CONV2D, "conv2d_dilation", c_conv2d_dil, 0},
     {OP_CONV2D, "conv2d_implicit_gemm", c_conv2d_gemm, CASE_BIG},
     {OP_CONV2D, "conv2d_gemm_stride2_groups2", c_conv2d_gemm_strided, CASE_BIG},
+    {OP_CONV2D, "conv2d_gemm_1x1_s2", c_conv2d_gemm_1x1_s2, CASE_BIG},
+    {OP_CONV2D, "conv2d_gemm_5x5_s2_oddw", c_conv2d_gemm_5x5_s2, CASE_BIG},
+    {OP_CONV2D, "conv2d_gemm_s3x2", c_conv2d_gemm_s3x2, CASE_BIG},
     {OP_CONV2D, "conv2d_wgrad_split", c_conv2d_wgrad_split, 0},
     {OP_CONV2D, "conv2d_wgrad_split_gemm", c_conv2d_wgrad_split_gemm, CASE_BIG},
     {OP_MATMUL, "matmul_64x784x128", c_matmul_mnist, CASE_BIG},

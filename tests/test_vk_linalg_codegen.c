@@ -31,7 +31,7 @@ typedef struct profile {
 
 static const profile profiles[] = {
     {"h200", {.subgroup_size = 32, .max_shared_bytes = 49152, .max_invocations = 1024, .max_groups = {2147483647u, 65535, 65535}}},
-    {"lavapipe", {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 1024, .max_groups = {65535, 65535, 65535}}},
+    {"lavapipe", {.subgroup_size = 8, .max_shared_bytes = 32768, .max_invocations = 1024, .max_groups = {65535, 65535, 65535}, .cpu_device = true}},
     {"tiny", {.subgroup_size = 32, .max_shared_bytes = 16384, .max_invocations = 128, .max_groups = {3, 65535, 2}}},
 };
 
@@ -235,12 +235,120 @@ static void test_conv(void) {
         {4, 64, 14, 14, 128, 1, 1, {{1, 1}, {0, 0}, {1, 1}, 1}, false}, /* GEMM, 1x1 */
         {2, 48, 20, 20, 32, 5, 5, {{1, 1}, {4, 4}, {2, 2}, 1}, false},  /* GEMM, dilated */
         {8, 3, 64, 64, 64, 7, 7, {{2, 2}, {3, 3}, {1, 1}, 1}, false},   /* a ResNet stem */
+        {2, 32, 12, 10, 64, 1, 1, {{2, 2}, {0, 0}, {1, 1}, 1}, false},   /* GEMM, 1x1 stride 2 */
+        {1, 16, 13, 12, 32, 3, 2, {{3, 2}, {1, 0}, {1, 1}, 1}, false},   /* GEMM, strides 3 and 2 */
     };
     mn_graph *g;
     mn_graph_create(&g);
     g->raw_ids = true; /* node-level test: handles are node indices */
     for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) add_conv(g, &cases[i]);
     check_graph(g, "conv2d");
+    mn_graph_destroy(g);
+}
+
+/* The tiles of ResNet-50's convolutions at batch 32 on a GPU (conv_pick in
+ * vk_gen_linalg.c, from the sweep of docs/PERF.md run R) and the strided
+ * input gradient by stride classes (MM_SUBPIX); a CPU device keeps
+ * gemm_pick's table. */
+/* A memory plan of every node of g (code generation reads paging from it). */
+static mn_status plan_all(memplan *mp, mn_graph *g, char *err, size_t cap) {
+    int32_t *order = malloc((size_t)g->n * sizeof *order);
+    uint8_t *live = malloc((size_t)g->n);
+    int32_t norder = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        live[i] = 1;
+        if (!op_is_source(g->nodes[i].op)) order[norder++] = i;
+    }
+    memplan_options mo = {4, false, 0, NULL, NULL, 0};
+    mn_status st = memplan_build(mp, g, order, norder, live, &mo, err, cap);
+    free(order);
+    free(live);
+    return st;
+}
+
+typedef struct pick_case {
+    const char *what;
+    int op;                             /* OP_CONV2D, _BWD_INPUT, _BWD_WEIGHT */
+    int64_t c, h, o, k, s, chunk;       /* chunk: the weight gradient's K part (autodiff's), 0 whole */
+    long bm, bn, bk, tm, subpix, batch; /* expected on the H200 profile; batch -1: not checked */
+} pick_case;
+
+static void test_conv_picks(void) {
+    static const pick_case cases[] = {
+        {"1x1 64->256 @56 forward", OP_CONV2D, 64, 56, 256, 1, 1, 0, 64, 128, 8, 8, 0, 1},
+        {"3x3 256 @14 forward (K 2304)", OP_CONV2D, 256, 14, 256, 3, 1, 0, 128, 128, 16, 8, 0, 1},
+        {"3x3 512 @7 forward (K 4608, 52 big tiles)", OP_CONV2D, 512, 7, 512, 3, 1, 0, 64, 64, 8, 4, 0, 1},
+        {"1x1 256->64 @56 input gradient", OP_CONV2D_BWD_INPUT, 256, 56, 64, 1, 1, 0, 64, 128, 8, 8, 0, 1},
+        {"1x1 s2 256->512 input gradient", OP_CONV2D_BWD_INPUT, 256, 56, 512, 1, 2, 0, 64, 128, 8, 8, 1, 4},
+        {"3x3 s2 128 @56 input gradient", OP_CONV2D_BWD_INPUT, 128, 56, 128, 3, 2, 0, 64, 128, 8, 8, 1, 4},
+        {"3x3 64 @56 weight gradient, 42 parts", OP_CONV2D_BWD_WEIGHT, 64, 56, 64, 3, 1, 2432, 64, 64, 8, 4, 0, 42},
+        {"1x1 128->512 @28 weight gradient, 24 parts", OP_CONV2D_BWD_WEIGHT, 128, 28, 512, 1, 1, 1088, 128, 128, 16,
+         8, 0, 24},
+    };
+    const vk_caps *h200 = &profiles[0].caps, *cpu = &profiles[1].caps;
+    for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) {
+        const pick_case *pc = &cases[i];
+        mn_graph *g;
+        mn_graph_create(&g);
+        g->raw_ids = true;
+        const mn_conv2d_params cp = {{(int)pc->s, (int)pc->s}, {(int)pc->k / 2, (int)pc->k / 2}, {1, 1}, 1};
+        mn_tensor x = input(g, "x", 4, (int64_t[]){32, pc->c, pc->h, pc->h});
+        mn_tensor w = input(g, "w", 4, (int64_t[]){pc->o, pc->c, pc->k, pc->k}), y;
+        CHECK_OK(mn_conv2d(g, &y, x, w, MN_NONE, &cp), mn_graph_error(g));
+        const node yn = g->nodes[y];
+        mn_tensor dy = input(g, "dy", 4, yn.shape);
+        int32_t t = (int32_t)y;
+        node p;
+        memset(&p, 0, sizeof p);
+        memcpy(p.ip, yn.ip, sizeof p.ip);
+        p.rank = 4, p.nin = 2;
+        if (pc->op == OP_CONV2D_BWD_INPUT) {
+            p.op = OP_CONV2D_BWD_INPUT, p.in[0] = dy, p.in[1] = w;
+            memcpy(p.shape, g->nodes[x].shape, sizeof p.shape);
+            CHECK_OK(graph_add(g, &t, &p), g->err);
+        } else if (pc->op == OP_CONV2D_BWD_WEIGHT) {
+            p.op = OP_CONV2D_BWD_WEIGHT, p.in[0] = x, p.in[1] = dy;
+            memcpy(p.shape, g->nodes[w].shape, sizeof p.shape);
+            const int64_t K = yn.shape[0] * yn.shape[2] * yn.shape[3];
+            wgrad_chunk_set(&p, pc->chunk);
+            p.shape[0] *= (K + pc->chunk - 1) / pc->chunk;
+            CHECK_OK(graph_add(g, &t, &p), g->err);
+        }
+        char err[256] = "";
+        vk_kernel k;
+        memplan mp;
+        CHECK_OK(plan_all(&mp, g, err, sizeof err), err);
+        CHECK_OK(vk_codegen_node(&k, g, t, &mp, h200, err, sizeof err), err);
+        const long got[6] = {define_value(&k, "MM_BM"), define_value(&k, "MM_BN"), define_value(&k, "MM_BK"),
+                             define_value(&k, "MM_TM"), define_value(&k, "MM_SUBPIX"), define_value(&k, "MM_BATCH")};
+        CHECK_MSG(got[0] == pc->bm && got[1] == pc->bn && got[2] == pc->bk && got[3] == pc->tm &&
+                      (got[4] > 0 ? 1 : 0) == pc->subpix && (pc->batch < 0 || got[5] == pc->batch),
+                  "%s: tile %ldx%ldx%ld tm %ld subpix %ld batch %ld", pc->what, got[0], got[1], got[2], got[3],
+                  got[4], got[5]);
+        /* a CPU device: gemm_pick's table (its first tile where it has the workgroups) */
+        CHECK_OK(vk_codegen_node(&k, g, t, &mp, cpu, err, sizeof err), err);
+        if (i == 0) CHECK_MSG(define_value(&k, "MM_BM") == 128, "%s on a CPU device: bm %ld", pc->what,
+                              define_value(&k, "MM_BM"));
+        memplan_free(&mp);
+        mn_graph_destroy(g);
+    }
+    /* MEGANEURA_VK_CONV_SUBPIX=0: one class, all nine taps */
+    setenv("MEGANEURA_VK_CONV_SUBPIX", "0", 1);
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    add_conv(g, &(conv_case){2, 32, 16, 16, 64, 3, 3, {{2, 2}, {1, 1}, {1, 1}, 1}, false});
+    char err[256] = "";
+    vk_kernel k;
+    memplan mp;
+    CHECK_OK(plan_all(&mp, g, err, sizeof err), err);
+    for (int32_t id = 0; id < g->n; id++)
+        if (g->nodes[id].op == OP_CONV2D_BWD_INPUT) {
+            CHECK_OK(vk_codegen_node(&k, g, id, &mp, h200, err, sizeof err), err);
+            CHECK(define_value(&k, "MM_SUBPIX") < 0 && define_value(&k, "MM_K") == 64 * 9);
+        }
+    unsetenv("MEGANEURA_VK_CONV_SUBPIX");
+    memplan_free(&mp);
     mn_graph_destroy(g);
 }
 
@@ -286,6 +394,7 @@ int main(void) {
     if (compiler) {
         test_matmul();
         test_conv();
+        test_conv_picks();
         test_pool();
         shaderc_compiler_release(compiler);
     }

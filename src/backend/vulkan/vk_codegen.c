@@ -169,6 +169,11 @@ mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd,
     return MN_OK;
 }
 
+bool vk_gpu_tables(const vk_caps *caps) {
+    const char *on = getenv("MEGANEURA_VK_GPU_TABLES");
+    return !caps->cpu_device || (on && strcmp(on, "1") == 0);
+}
+
 bool vk_generic_on(void) {
     const char *off = getenv("MEGANEURA_VK_GENERIC");
     return !(off && strcmp(off, "0") == 0);

@@ -159,6 +159,11 @@ bool vk_hoist_sizes(vk_kernel *k);
  * workgroup size; on CPU devices only, as the H200 ran it at 24 us a call
  * against 15 for the literal form, run Q of docs/PERF.md). */
 bool vk_generic_on(void);
+/* Whether the generators take their GPU tables (the convolutions' tiles,
+ * vk_gen_linalg.c conv_pick): on a GPU, and on a CPU device (lavapipe)
+ * under MEGANEURA_VK_GPU_TABLES=1, so that CI runs the kernels a GPU
+ * would (tests/CMakeLists.txt, the _literal tests). */
+bool vk_gpu_tables(const vk_caps *caps);
 
 /* Frees k->code and zeroes k. */
 void vk_kernel_clear(vk_kernel *k);

@@ -142,6 +142,41 @@ static gemm_cfg gemm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t K, 
     return c;
 }
 
+/* Convolutions' implicit GEMMs on a GPU: the per-shape best of a tile sweep over ResNet-50's
+ * 23 shapes at batch 32 on an H200 (docs/PERF.md run R, bench_conv.c). Their
+ * operand loads cost index arithmetic per element, so tiles that hide the
+ * loads' latency behind more workgroups win more often than in a plain
+ * GEMM (a CPU device keeps gemm_pick's: vk_gpu_tables): forward and input gradient (channel-major: M the channels, N the
+ * pixels) 64x128x8 unless K is long (>= 2304: 128x128x16 with 96 tiles,
+ * >= 4096: 64x64x8 with 4x4 micro-tiles); weight gradients (M = O, N =
+ * C*KH*KW, K a part of the pixels) of 3x3 kernels over few channels
+ * 64x64x8 (4x4), of 1x1 kernels 128x128x16 with 96 tiles. Otherwise, and
+ * under MEGANEURA_VK_GEMM_TILE, gemm_pick. */
+static bool conv_try(gemm_cfg *out, gemm_cfg t, const vk_caps *caps, int64_t M, int64_t N, int64_t batch,
+                     uint64_t min_tiles) {
+    uint32_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
+    uint32_t maxinv = caps->max_invocations ? caps->max_invocations : 128;
+    if (!gemm_fits(&t, smem, maxinv) || (uint64_t)M * 2 <= t.bm || (uint64_t)N * 2 <= t.bn) return false;
+    if (cdiv((uint64_t)M, t.bm) * cdiv((uint64_t)N, t.bn) * (uint64_t)batch < min_tiles) return false;
+    *out = t;
+    return true;
+}
+
+static gemm_cfg conv_pick(const vk_caps *caps, int map, int64_t M, int64_t N, int64_t K, int64_t batch, int64_t taps) {
+    const gemm_cfg big = {128, 128, 16, 8, 8, 1}, small = {64, 64, 8, 4, 4, 1}, wide = {64, 128, 8, 8, 8, 1};
+    gemm_cfg c;
+    if (!vk_gpu_tables(caps) || getenv("MEGANEURA_VK_GEMM_TILE")) return gemm_pick(caps, M, N, K, batch);
+    if (map == 3) {
+        if (taps > 1 && N <= 1152 && conv_try(&c, small, caps, M, N, batch, 96)) return c;
+        if (taps == 1 && conv_try(&c, big, caps, M, N, batch, 96)) return c;
+        return gemm_pick(caps, M, N, K, batch);
+    }
+    if (K >= 2304 && conv_try(&c, big, caps, M, N, batch, 96)) return c;
+    if (K >= 4096 && conv_try(&c, small, caps, M, N, batch, 96)) return c;
+    if (conv_try(&c, wide, caps, M, N, batch, 96)) return c;
+    return gemm_pick(caps, M, N, K, batch);
+}
+
 /* Operand maps of matmul.glsl. */
 enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 };
 
@@ -336,8 +371,8 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
         vk_def(k, "MM_BIAS", "%d", n->nin > 2);
         if (conv_channel_major(n)) { /* A = w: k contiguous; B = im2col(x)^T: consecutive n are consecutive ow */
             vk_def(k, "MM_CT", "1");
-            return gemm_emit(k, g, n, caps, gemm_pick(caps, N, M, K, c.groups), MAP_CONV_FWD, N, M, K, K, c.groups,
-                             true, false, err, cap);
+            return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_FWD, N, M, K, c.groups, c.KH * c.KW),
+                             MAP_CONV_FWD, N, M, K, K, c.groups, true, false, err, cap);
         }
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, K, c.groups,
@@ -351,17 +386,41 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     return MN_OK;
 }
 
+/* The strided input gradient by stride classes (matmul.glsl MM_SUBPIX):
+ * each class of dx pixels (h mod SH, w mod SW) is its own GEMM over only
+ * the taps that reach it, so a 3x3 stride-2 gradient multiplies 4 taps
+ * (padded from 1 or 2 per side) instead of 9 and a 1x1 stride-2 one only
+ * the quarter of dx that is not 0. Strict f32 (the fast contract's
+ * kernels keep one class), dilation 1. H200, ResNet-50 at batch 32: 0.8-1.2
+ * ms a call before (6.4-8 TFLOP/s, docs/PERF.md run R).
+ * MEGANEURA_VK_CONV_SUBPIX=0 keeps one class (to measure it). */
+static bool conv_subpix(const node *n, const conv_geo *c) {
+    const char *v = getenv("MEGANEURA_VK_CONV_SUBPIX");
+    return node_round16(n) == MN_ROUND_NONE && c->sh * c->sw > 1 && c->dh == 1 && c->dw == 1 &&
+           !(v && !strcmp(v, "0"));
+}
+
 /* (dy [N,O,OH,OW], w) -> dx [N,C,H,W] = node shape. */
 mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
                                  char *err, size_t cap) {
     conv_geo c = conv_geo_of(n, n, in_node(g, n, 1), in_node(g, n, 0));
     conv_defs(k, &c);
-    const int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
+    int64_t M = c.N * c.H * c.W, N = c.Cg, K = c.Og * c.KH * c.KW;
     if (conv_use_gemm(n, M, N, K)) {
+        if (conv_channel_major(n) && conv_subpix(n, &c)) {
+            /* per class: ceil(H/SH) x ceil(W/SW) pixels, taps ceil(KH/SH) x ceil(KW/SW) */
+            const int64_t th = (c.KH + c.sh - 1) / c.sh, tw = (c.KW + c.sw - 1) / c.sw;
+            M = c.N * ((c.H + c.sh - 1) / c.sh) * ((c.W + c.sw - 1) / c.sw), K = c.Og * th * tw;
+            const int64_t batch = c.groups * c.sh * c.sw;
+            vk_def(k, "MM_CT", "1");
+            vk_def(k, "MM_SUBPIX", "1");
+            return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_DGRAD, N, M, K, batch, th * tw),
+                             MAP_CONV_DGRAD, N, M, K, K, batch, th * tw > 1, false, err, cap);
+        }
         if (conv_channel_major(n)) { /* A = w viewed [Cg, Og*KH*KW], B = the dy patches, pixels contiguous */
             vk_def(k, "MM_CT", "1");
-            return gemm_emit(k, g, n, caps, gemm_pick(caps, N, M, K, c.groups), MAP_CONV_DGRAD, N, M, K, K, c.groups,
-                             c.KH * c.KW > 1, false, err, cap);
+            return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_DGRAD, N, M, K, c.groups, c.KH * c.KW),
+                             MAP_CONV_DGRAD, N, M, K, K, c.groups, c.KH * c.KW > 1, false, err, cap);
         }
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
@@ -393,8 +452,10 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
     vk_def(k, "MM_PARTS", "%lld", (long long)parts);
     vk_def_i(k, "MM_GROUPS", c.groups);
     if (conv_use_gemm(n, M, N, K)) {
-        return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, kc, c.groups * parts), MAP_CONV_WGRAD, M, N, K, kc,
-                         c.groups * parts, true, true, err, cap);
+        const gemm_cfg t = node_round16(n) == MN_ROUND_NONE
+                               ? conv_pick(caps, MAP_CONV_WGRAD, M, N, kc, c.groups * parts, c.KH * c.KW)
+                               : gemm_pick(caps, M, N, kc, c.groups * parts);
+        return gemm_emit(k, g, n, caps, t, MAP_CONV_WGRAD, M, N, K, kc, c.groups * parts, true, true, err, cap);
     }
     /* Direct: one workgroup per dw element (of each part); a tree over 64
      * invocations when the sum is long, else one invocation in the CPU

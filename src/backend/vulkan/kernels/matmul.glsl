@@ -24,7 +24,8 @@
 //      B = w^T, C -> y [N,O,OH,OW]; bias (MM_BIAS) starts the accumulators
 //   2  conv2d input gradient, z = group: A = the dy patches seen by each input
 //      pixel [N*H*W, Og*KH*KW] (zero where the stride skips it), B = w,
-//      C -> dx [N,C,H,W]
+//      C -> dx [N,C,H,W]; with MM_SUBPIX (a stride above 1) z = group * SH*SW
+//      + stride class and each class multiplies only the taps that reach it
 //   3  conv2d weight gradient, z = group: A = dy [Og, N*OH*OW],
 //      B = im2col(x) [N*OH*OW, Cg*KH*KW], C -> dw [O, Cg, KH, KW]; split
 //      into MM_PARTS partial sums (MM_PARTS > 1), z = part * MM_GROUPS +
@@ -56,6 +57,9 @@
 #endif
 #ifndef MM_CT
 #define MM_CT 0
+#endif
+#ifndef MM_SUBPIX
+#define MM_SUBPIX 0
 #endif
 #define LX (MM_BN / MM_TN)
 #define LY (MM_BM / MM_TM)
@@ -104,6 +108,51 @@ float cv_b(IDX z, IDX k, IDX n) { return X1((z * CV_OG + n) * (CV_CG * CV_KH * C
 IDX cv_c(IDX z, IDX m, IDX n) {
     IDX b = m / (CV_OH * CV_OW), p = m % (CV_OH * CV_OW);
     return (b * CV_O + z * CV_OG + n) * (CV_OH * CV_OW) + p;
+}
+
+#elif MM_MAP == 2 && MM_SUBPIX
+// Strided input gradient by stride classes: z = group * SH*SW + class q,
+// class (qh, qw) = (q / SW, q % SW) the dx pixels h = h'*SH + qh, w = w'*SW
+// + qw, m = (b, h', w') over ceil(H / SH) x ceil(W / SW) (a class with fewer
+// rows or columns skips the rest: mm_store_ok). A class reaches only the
+// taps kh = rh + jh*SH, rh = (qh + PH) % SH, jh < SP_TH (taps past KH read
+// 0), from dy row oh = h' + (qh + PH) / SH - jh; likewise w. k = (o, jh,
+// jw): the CPU reference's order of the terms that are not 0. A class with
+// no tap at all (1x1, stride 2: three classes of four) skips its k loop
+// (mm_live) and stores zeros. Dilation 1 only (the generator checks).
+#define SP_HC ((CV_H + CV_SH - 1) / CV_SH)
+#define SP_WC ((CV_W + CV_SW - 1) / CV_SW)
+#define SP_TH ((CV_KH + CV_SH - 1) / CV_SH)
+#define SP_TW ((CV_KW + CV_SW - 1) / CV_SW)
+#define SP_Q (CV_SH * CV_SW)
+SIDX sp_qh(IDX z) { return SIDX((z % SP_Q) / CV_SW); }
+SIDX sp_qw(IDX z) { return SIDX((z % SP_Q) % CV_SW); }
+bool mm_live(IDX z) { return (sp_qh(z) + CV_PH) % CV_SH < CV_KH && (sp_qw(z) + CV_PW) % CV_SW < CV_KW; }
+// the dx pixel m of class z exists (a class of an odd extent is shorter)
+bool sp_in(IDX z, IDX m) {
+    IDX p = m % (SP_HC * SP_WC);
+    return SIDX(p / SP_WC) * CV_SH + sp_qh(z) < CV_H && SIDX(p % SP_WC) * CV_SW + sp_qw(z) < CV_W;
+}
+float cv_a(IDX z, IDX m, IDX k) {
+    IDX b = m / (SP_HC * SP_WC), p = m % (SP_HC * SP_WC);
+    IDX o = k / (SP_TH * SP_TW), r = k % (SP_TH * SP_TW);
+    SIDX qh = sp_qh(z), qw = sp_qw(z), jh = SIDX(r / SP_TW), jw = SIDX(r % SP_TW);
+    SIDX kh = (qh + CV_PH) % CV_SH + jh * CV_SH, kw = (qw + CV_PW) % CV_SW + jw * CV_SW;
+    SIDX oh = SIDX(p / SP_WC) + (qh + CV_PH) / CV_SH - jh, ow = SIDX(p % SP_WC) + (qw + CV_PW) / CV_SW - jw;
+    if (kh >= CV_KH || kw >= CV_KW || uint(oh) >= uint(CV_OH) || uint(ow) >= uint(CV_OW)) return 0.0;
+    return X0(((b * CV_O + (z / SP_Q) * CV_OG + o) * CV_OH + IDX(oh)) * CV_OW + IDX(ow));
+}
+float cv_b(IDX z, IDX k, IDX n) {
+    IDX o = k / (SP_TH * SP_TW), r = k % (SP_TH * SP_TW);
+    SIDX kh = (sp_qh(z) + CV_PH) % CV_SH + SIDX(r / SP_TW) * CV_SH;
+    SIDX kw = (sp_qw(z) + CV_PW) % CV_SW + SIDX(r % SP_TW) * CV_SW;
+    if (kh >= CV_KH || kw >= CV_KW) return 0.0;
+    return X1((((z / SP_Q) * CV_OG + o) * CV_CG + n) * (CV_KH * CV_KW) + IDX(kh * CV_KW + kw));
+}
+IDX cv_c(IDX z, IDX m, IDX n) {
+    IDX b = m / (SP_HC * SP_WC), p = m % (SP_HC * SP_WC);
+    IDX h = (p / SP_WC) * CV_SH + IDX(sp_qh(z)), w = (p % SP_WC) * CV_SW + IDX(sp_qw(z));
+    return (b * CV_C + (z / SP_Q) * CV_CG + n) * (CV_H * CV_W) + h * CV_W + w;
 }
 
 #elif MM_MAP == 2
@@ -156,11 +205,20 @@ IDX mm_c(IDX z, IDX m, IDX n) { return (z * CV_OG + m) * (CV_CG * CV_KH * CV_KW)
 float mm_a(IDX z, IDX m, IDX k) { return cv_b(z, k, m); }
 float mm_b(IDX z, IDX k, IDX n) { return cv_a(z, n, k); }
 IDX mm_c(IDX z, IDX m, IDX n) { return cv_c(z, n, m); }
+#define MM_PIXEL(m, n) (n)
 #else
 float mm_a(IDX z, IDX m, IDX k) { return cv_a(z, m, k); }
 float mm_b(IDX z, IDX k, IDX n) { return cv_b(z, k, n); }
 IDX mm_c(IDX z, IDX m, IDX n) { return cv_c(z, m, n); }
+#define MM_PIXEL(m, n) (m)
 #endif
+#endif
+// the stride classes of MM_SUBPIX: a class without taps, a pixel past its class
+#if MM_MAP == 2 && MM_SUBPIX
+#define MM_STORE_OK(z, m, n) sp_in(z, MM_PIXEL(m, n))
+#else
+#define mm_live(z) true
+#define MM_STORE_OK(z, m, n) true
 #endif
 
 // ---- staging of one K slice: global -> registers -> shared ----------------
@@ -254,12 +312,13 @@ void main() {
             }
 #endif
 
-        if (split < KTILES) {
+        const uint ksteps = mm_live(z) ? KSTEPS : 0u; // uniform in the workgroup
+        if (split < KTILES && ksteps > 0u) {
             load_slice(z, m0, n0, kb + IDX(split) * MM_BK, ke, l);
             store_slice(split * 2, l);
         }
         barrier();
-        for (uint step = 0; step < KSTEPS; step++) {
+        for (uint step = 0; step < ksteps; step++) {
             uint t = step * MM_KS + split; // this split's slice
             uint buf = split * 2 + (step & 1u);
             bool next = t + MM_KS < KTILES;
@@ -300,7 +359,7 @@ void main() {
                 [[unroll]] for (uint c = 0; c < RN; c++)
                     [[unroll]] for (uint j = 0; j < 4; j++) {
                         IDX n = n0 + c * LX * 4 + tx * 4 + j;
-                        if (MM_EVEN_N == 0 && n >= MM_N) continue;
+                        if ((MM_EVEN_N == 0 && n >= MM_N) || !MM_STORE_OK(z, m, n)) continue;
 #ifdef MM_EPILOGUE
                         MM_EPILOGUE(mm_c(z, m, n), acc[r * 4 + i][c][j])
 #else
