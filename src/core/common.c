@@ -1,5 +1,6 @@
 /* common.c - assertions, strings, logging, RNGs (sequential and
  * counter-based), host thread count, status names. */
+#include <pthread.h>
 #include "core/common.h"
 
 #include <math.h>
@@ -143,6 +144,43 @@ int mn_thread_count(void) {
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > 32 ? 32 : (int)n;
+}
+
+typedef struct copy_slice {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+} copy_slice;
+
+static void *copy_run(void *arg) {
+    const copy_slice *c = arg;
+    memcpy(c->dst, c->src, c->n);
+    return NULL;
+}
+
+void mn_copy(void *dst, const void *src, size_t n) {
+    int t = n < MN_COPY_PARALLEL_MIN ? 1 : mn_thread_count();
+    if (t > MN_COPY_THREADS) t = MN_COPY_THREADS;
+    if ((size_t)t > n / ((size_t)4 << 20)) t = (int)(n / ((size_t)4 << 20));
+    if (t <= 1) {
+        memcpy(dst, src, n);
+        return;
+    }
+    copy_slice sl[MN_COPY_THREADS];
+    pthread_t th[MN_COPY_THREADS];
+    bool started[MN_COPY_THREADS] = {false};
+    const size_t per = (n / (size_t)t + 63) & ~(size_t)63; /* whole cache lines */
+    for (int i = 0; i < t; i++) {
+        const size_t off = (size_t)i * per < n ? (size_t)i * per : n;
+        sl[i] = (copy_slice){(unsigned char *)dst + off, (const unsigned char *)src + off,
+                             i + 1 == t || off + per > n ? n - off : per};
+    }
+    for (int i = 1; i < t; i++) started[i] = pthread_create(&th[i], NULL, copy_run, &sl[i]) == 0;
+    copy_run(&sl[0]);
+    for (int i = 1; i < t; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else copy_run(&sl[i]);
+    }
 }
 
 uint64_t mn_hash_str(const char *s) {

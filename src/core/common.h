@@ -84,6 +84,14 @@ void mn_ctr_normal2(uint64_t key, uint64_t p, float z[2]);
 /* Host threads for parallel work: MEGANEURA_THREADS if set (1..256), else
  * the online CPUs capped at 32. */
 int mn_thread_count(void);
+/* memcpy of n bytes, split across up to MN_COPY_THREADS threads when n is at
+ * least MN_COPY_PARALLEL_MIN (a batch of images into the staging buffer: a
+ * DRAM-bound copy that one core does at 6 GB/s, docs/PERF.md run S); slices
+ * of at least 4 MiB, a thread that cannot start leaves its slice to the
+ * caller. Same bytes as memcpy; the regions must not overlap. */
+#define MN_COPY_PARALLEL_MIN ((size_t)8 << 20)
+#define MN_COPY_THREADS 8
+void mn_copy(void *dst, const void *src, size_t n);
 
 /* Monotonic clock, microseconds. */
 double mn_now_us(void);

@@ -222,7 +222,7 @@ static mn_status cpu_write(void *b, int32_t id, const void *src, size_t bytes, c
     const mp_slot *s;
     mn_status st = cpu_io_slot(cb, id, bytes, "write", &s, err, cap);
     if (st != MN_OK) return st;
-    if (bytes) memcpy(cpu_ptr(cb, s), src, bytes);
+    if (bytes) mn_copy(cpu_ptr(cb, s), src, bytes);
     if (bytes) cb->clean[s->arena] = false;
     return MN_OK;
 }
@@ -243,7 +243,7 @@ static mn_status cpu_read(void *b, int32_t id, void *dst, size_t bytes, char *er
     const mp_slot *s;
     mn_status st = cpu_io_slot(cb, id, bytes, "read", &s, err, cap);
     if (st != MN_OK) return st;
-    if (bytes) memcpy(dst, cpu_ptr(cb, s), bytes);
+    if (bytes) mn_copy(dst, cpu_ptr(cb, s), bytes);
     return MN_OK;
 }
 

@@ -358,7 +358,7 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
             const VkDeviceSize at = s->offset + done, in = at % b->chunk;
             size_t piece = bytes - done;
             if (piece > b->chunk - in) piece = (size_t)(b->chunk - in);
-            memcpy(b->maps[s->arena][at / b->chunk] + in, (const unsigned char *)src + done, piece);
+            mn_copy(b->maps[s->arena][at / b->chunk] + in, (const unsigned char *)src + done, piece);
             done += piece;
         }
         if (b->profile) b->host_copy_us += mn_now_us() - t0;
@@ -384,7 +384,7 @@ static mn_status vkb_write(void *bp, int32_t id, const void *src, size_t bytes, 
         if (chunk > room) chunk = room;
         if (chunk > page) chunk = (size_t)page;
         double t0 = b->profile ? mn_now_us() : 0;
-        memcpy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
+        mn_copy(b->staging_map + b->staging_used, (const unsigned char *)src + done, chunk);
         if (b->profile) b->host_copy_us += mn_now_us() - t0;
         b->pending[b->npending] = (VkBufferCopy){b->staging_used, s->offset + done, chunk};
         b->pending_arena[b->npending++] = s->arena;
@@ -463,7 +463,7 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
     }
     int k = rb_index(b, id);
     if (k >= 0 && b->rb_fresh[k]) { /* copied by the last execute: no round trip */
-        memcpy(dst, b->staging_map + b->staging_size + b->rb_off[k], bytes);
+        mn_copy(dst, b->staging_map + b->staging_size + b->rb_off[k], bytes);
         return MN_OK;
     }
     for (size_t done = 0; done < bytes;) {
@@ -487,7 +487,7 @@ static mn_status vkb_read(void *bp, int32_t id, void *dst, size_t bytes, char *e
                 VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
         VKCHECK(vkEndCommandBuffer(b->once_cb), "vkEndCommandBuffer");
         if ((st = submit_wait(b, &b->once_cb, 1, err, cap))) return st;
-        memcpy((unsigned char *)dst + done, b->staging_map, chunk);
+        mn_copy((unsigned char *)dst + done, b->staging_map, chunk);
         done += chunk;
     }
     return MN_OK;

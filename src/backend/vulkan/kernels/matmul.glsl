@@ -312,7 +312,7 @@ void main() {
             }
 #endif
 
-        const uint ksteps = mm_live(z) ? KSTEPS : 0u; // uniform in the workgroup
+        const uint ksteps = mm_live(z) ? uint(KSTEPS) : 0u; // uniform in the workgroup
         if (split < KTILES && ksteps > 0u) {
             load_slice(z, m0, n0, kb + IDX(split) * MM_BK, ke, l);
             store_slice(split * 2, l);
