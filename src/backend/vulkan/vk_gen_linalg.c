@@ -182,9 +182,20 @@ enum { MAP_MATMUL = 0, MAP_CONV_FWD = 1, MAP_CONV_DGRAD = 2, MAP_CONV_WGRAD = 3 
 
 /* Emits the GEMM defines and the launch: grid (M tiles, N tiles, batch),
  * each clamped to the device limit (the kernel strides over the rest). */
+/* How the implicit GEMM's B gathers the image (matmul.glsl MM_PX): 0 per
+ * element; 1 the pixel is k (weight gradients), 2 the pixel is n (the
+ * channel-major forward and input gradient). */
+enum { PX_NONE = 0, PX_K = 1, PX_N = 2 };
+
+/* MEGANEURA_VK_CONV_PX=0 gathers per element (to measure MM_PX). */
+static bool conv_px_on(void) {
+    const char *v = getenv("MEGANEURA_VK_CONV_PX");
+    return !(v && !strcmp(v, "0"));
+}
+
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t kc, int64_t batch, bool a_kfast, bool b_kfast,
-                           char *err, size_t cap) {
+                           int px, char *err, size_t cap) {
     /* a convolution of the fast contract: cooperative matrices first (not a
      * weight gradient split into partial sums: K runs whole there) */
     if (map != MAP_MATMUL && kc == K) {
@@ -211,6 +222,11 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     vk_def(k, "MM_EVEN_K", "%d", K % c.bk == 0 && K % kc == 0 && kc % c.bk == 0);
     vk_def(k, "MM_A_KFAST", "%d", a_kfast);
     vk_def(k, "MM_B_KFAST", "%d", b_kfast);
+    /* the pixel of an invocation's B elements is fixed when its contiguous
+     * index repeats every NT elements */
+    const uint32_t nt = (c.bm / c.tm) * (c.bn / c.tn);
+    if (conv_px_on() && ((px == PX_K && b_kfast && nt % c.bk == 0) || (px == PX_N && !b_kfast && nt % c.bn == 0)))
+        vk_def(k, "MM_PX", "%d", px);
     /* the fast contract without cooperative matrices: rounded operands */
     if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
     if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");
@@ -310,7 +326,7 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     if (M <= GEMV_MAX_M && !getenv("MEGANEURA_VK_GEMM_TILE") && gemv_emit(k, n, caps, M, N, K, batch, sbk == 1) == MN_OK)
         return MN_OK;
     return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, batch), MAP_MATMUL, M, N, K, K, batch, sak == 1,
-                     sbk == 1, err, cap);
+                     sbk == 1, PX_NONE, err, cap);
 }
 
 /* ---- convolution ---------------------------------------------------------- */
@@ -372,11 +388,11 @@ mn_status vkgen_conv2d(vk_kernel *k, const mn_graph *g, const node *n, const vk_
         if (conv_channel_major(n)) { /* A = w: k contiguous; B = im2col(x)^T: consecutive n are consecutive ow */
             vk_def(k, "MM_CT", "1");
             return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_FWD, N, M, K, c.groups, c.KH * c.KW),
-                             MAP_CONV_FWD, N, M, K, K, c.groups, true, false, err, cap);
+                             MAP_CONV_FWD, N, M, K, K, c.groups, true, false, PX_N, err, cap);
         }
         /* A = im2col(x): consecutive m are consecutive ow; B = w^T: k contiguous */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_FWD, M, N, K, K, c.groups,
-                         false, true, err, cap);
+                         false, true, PX_NONE, err, cap);
     }
     if (!vk_loops_fit(caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg)))
         return vk_loop_fail(g, n, caps, (uint64_t)(c.Cg * c.KH * c.KW + c.Cg * c.KH + c.Cg), err, cap);
@@ -415,17 +431,18 @@ mn_status vkgen_conv2d_bwd_input(vk_kernel *k, const mn_graph *g, const node *n,
             vk_def(k, "MM_CT", "1");
             vk_def(k, "MM_SUBPIX", "1");
             return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_DGRAD, N, M, K, batch, th * tw),
-                             MAP_CONV_DGRAD, N, M, K, K, batch, th * tw > 1, false, err, cap);
+                             MAP_CONV_DGRAD, N, M, K, K, batch, th * tw > 1, false, PX_N, err, cap);
         }
         if (conv_channel_major(n)) { /* A = w viewed [Cg, Og*KH*KW], B = the dy patches, pixels contiguous */
             vk_def(k, "MM_CT", "1");
             return gemm_emit(k, g, n, caps, conv_pick(caps, MAP_CONV_DGRAD, N, M, K, c.groups, c.KH * c.KW),
-                             MAP_CONV_DGRAD, N, M, K, K, c.groups, c.KH * c.KW > 1, false, err, cap);
+                             MAP_CONV_DGRAD, N, M, K, K, c.groups, c.KH * c.KW > 1, false,
+                             c.sh == 1 && c.sw == 1 ? PX_N : PX_NONE, err, cap);
         }
         /* B = w viewed [Og*KH*KW, Cg]: k runs contiguous over a KHxKW kernel,
          * n over channels (stride KH*KW): k-fast unless the kernel is 1x1 */
         return gemm_emit(k, g, n, caps, gemm_pick(caps, M, N, K, c.groups), MAP_CONV_DGRAD, M, N, K, K, c.groups,
-                         false, c.KH * c.KW > 1, err, cap);
+                         false, c.KH * c.KW > 1, PX_NONE, err, cap);
     }
     if (!vk_loops_fit(caps, (uint64_t)(c.Og * c.KH * c.KW + c.Og * c.KH + c.Og)))
         return vk_loop_fail(g, n, caps, (uint64_t)(c.Og * c.KH * c.KW + c.Og * c.KH + c.Og), err, cap);
@@ -455,7 +472,8 @@ mn_status vkgen_conv2d_bwd_weight(vk_kernel *k, const mn_graph *g, const node *n
         const gemm_cfg t = node_round16(n) == MN_ROUND_NONE
                                ? conv_pick(caps, MAP_CONV_WGRAD, M, N, kc, c.groups * parts, c.KH * c.KW)
                                : gemm_pick(caps, M, N, kc, c.groups * parts);
-        return gemm_emit(k, g, n, caps, t, MAP_CONV_WGRAD, M, N, K, kc, c.groups * parts, true, true, err, cap);
+        return gemm_emit(k, g, n, caps, t, MAP_CONV_WGRAD, M, N, K, kc, c.groups * parts, true, true, PX_K, err,
+                         cap);
     }
     /* Direct: one workgroup per dw element (of each part); a tree over 64
      * invocations when the sum is long, else one invocation in the CPU

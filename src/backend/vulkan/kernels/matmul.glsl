@@ -221,11 +221,92 @@ IDX mm_c(IDX z, IDX m, IDX n) { return cv_c(z, m, n); }
 #define MM_STORE_OK(z, m, n) true
 #endif
 
+// ---- the image operand's gathers by pixel (MM_PX, from the generator) ----
+// B of a convolution is a gather whose address splits into a pixel part and
+// a tap part. The pixel an invocation loads is the same for all its
+// elements of a slice (MM_PX 1: B k-fast, the pixel is k, kk = lid % BK)
+// or of a whole tile (MM_PX 2: B n-fast, the pixel is n, nn = lid % BN),
+// since NT is a multiple of BK and BN; so px_of decomposes it once and
+// px_tap adds each element's tap (its position and bounds), instead of
+// mm_b decomposing both per element. Same values as mm_b.
+#ifndef MM_PX
+#define MM_PX 0
+#endif
+#if MM_PX
+struct px_t {
+    IDX base; // the element of tap 0
+    SIDX y, x; // the pixel's row and column before the tap's offset
+    bool ok;
+};
+#if MM_MAP == 1 || MM_MAP == 3
+// x [N,C,H,W] at pixel (b, oh, ow) of y, taps (ci, kh, kw) of the group z
+px_t px_of(IDX z, IDX pix) {
+    IDX b = pix / (CV_OH * CV_OW), p = pix % (CV_OH * CV_OW);
+    px_t r;
+#if MM_MAP == 3 && MM_PARTS > 1
+    z = z % MM_GROUPS;
+#endif
+    r.base = (b * CV_C + z * CV_CG) * (CV_H * CV_W);
+    r.y = SIDX((p / CV_OW) * CV_SH) - CV_PH;
+    r.x = SIDX((p % CV_OW) * CV_SW) - CV_PW;
+    r.ok = true;
+    return r;
+}
+float px_tap(IDX z, px_t p, IDX t) {
+    IDX ci = t / (CV_KH * CV_KW), q = t % (CV_KH * CV_KW);
+    SIDX ih = p.y + SIDX(q / CV_KW) * CV_DH, iw = p.x + SIDX(q % CV_KW) * CV_DW;
+    if (uint(ih) >= uint(CV_H) || uint(iw) >= uint(CV_W)) return 0.0;
+    return X0(p.base + ci * (CV_H * CV_W) + IDX(ih) * CV_W + IDX(iw));
+}
+#elif MM_MAP == 2 && MM_SUBPIX
+// dy [N,O,OH,OW] seen by dx pixel (b, h', w') of class z, taps (o, jh, jw)
+px_t px_of(IDX z, IDX pix) {
+    IDX b = pix / (SP_HC * SP_WC), p = pix % (SP_HC * SP_WC);
+    px_t r;
+    r.base = (b * CV_O + (z / SP_Q) * CV_OG) * (CV_OH * CV_OW);
+    r.y = SIDX(p / SP_WC) + (sp_qh(z) + CV_PH) / CV_SH;
+    r.x = SIDX(p % SP_WC) + (sp_qw(z) + CV_PW) / CV_SW;
+    r.ok = true;
+    return r;
+}
+float px_tap(IDX z, px_t p, IDX t) {
+    IDX o = t / (SP_TH * SP_TW), q = t % (SP_TH * SP_TW);
+    SIDX jh = SIDX(q / SP_TW), jw = SIDX(q % SP_TW);
+    SIDX oh = p.y - jh, ow = p.x - jw;
+    if ((sp_qh(z) + CV_PH) % CV_SH + jh * CV_SH >= CV_KH || (sp_qw(z) + CV_PW) % CV_SW + jw * CV_SW >= CV_KW ||
+        uint(oh) >= uint(CV_OH) || uint(ow) >= uint(CV_OW))
+        return 0.0;
+    return X0(p.base + o * (CV_OH * CV_OW) + IDX(oh) * CV_OW + IDX(ow));
+}
+#elif MM_MAP == 2
+// stride 1 (the generator checks): dy seen by dx pixel (b, h, w), taps (o, kh, kw)
+px_t px_of(IDX z, IDX pix) {
+    IDX b = pix / (CV_H * CV_W), p = pix % (CV_H * CV_W);
+    px_t r;
+    r.base = (b * CV_O + z * CV_OG) * (CV_OH * CV_OW);
+    r.y = SIDX(p / CV_W) + CV_PH;
+    r.x = SIDX(p % CV_W) + CV_PW;
+    r.ok = true;
+    return r;
+}
+float px_tap(IDX z, px_t p, IDX t) {
+    IDX o = t / (CV_KH * CV_KW), q = t % (CV_KH * CV_KW);
+    SIDX oh = p.y - SIDX(q / CV_KW) * CV_DH, ow = p.x - SIDX(q % CV_KW) * CV_DW;
+    if (uint(oh) >= uint(CV_OH) || uint(ow) >= uint(CV_OW)) return 0.0;
+    return X0(p.base + o * (CV_OH * CV_OW) + IDX(oh) * CV_OW + IDX(ow));
+}
+#endif
+#endif
+
 // ---- staging of one K slice: global -> registers -> shared ----------------
 // Invocation l of a split moves elements e = l + i*NT of the slice, (mm, kk)
 // with the contiguous index fastest (MM_A_KFAST: k is contiguous in memory
 // for A), so a subgroup reads runs.
 float ra[LA], rb[LB];
+
+#if MM_PX == 2
+px_t tile_px; // the pixel of this invocation's B elements in the current tile
+#endif
 
 void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
     [[unroll]] for (uint i = 0; i < LA; i++) {
@@ -240,6 +321,26 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
         if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(mm_a(z, m, k));
         ra[i] = v;
     }
+#if MM_PX == 1
+    // the pixel is k = k0 + lid % BK for every element
+    const IDX kp = k0 + lid % MM_BK;
+    px_t px = px_of(z, kp);
+    px.ok = MM_EVEN_K != 0 || kp < kend;
+    [[unroll]] for (uint i = 0; i < LB; i++) {
+        IDX n = n0 + lid / MM_BK + i * (NT / MM_BK);
+        float v = 0.0;
+        if ((MM_EVEN_N != 0 || n < MM_N) && px.ok) v = MM_RND(px_tap(z, px, n));
+        rb[i] = v;
+    }
+#elif MM_PX == 2
+    // the pixel is n = n0 + lid % BN for every element (tile_px)
+    [[unroll]] for (uint i = 0; i < LB; i++) {
+        IDX k = k0 + lid / MM_BN + i * (NT / MM_BN);
+        float v = 0.0;
+        if (tile_px.ok && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(px_tap(z, tile_px, k));
+        rb[i] = v;
+    }
+#else
     [[unroll]] for (uint i = 0; i < LB; i++) {
         uint e = lid + i * NT;
 #if MM_B_KFAST
@@ -252,6 +353,7 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
         if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(mm_b(z, k, n));
         rb[i] = v;
     }
+#endif
 }
 
 void store_slice(uint buf, uint lid) {
@@ -312,6 +414,13 @@ void main() {
             }
 #endif
 
+#if MM_PX == 2
+        {
+            const IDX np = n0 + l % MM_BN;
+            tile_px = px_of(z, np < MM_N ? np : 0);
+            tile_px.ok = MM_EVEN_N != 0 || np < MM_N;
+        }
+#endif
         const uint ksteps = mm_live(z) ? uint(KSTEPS) : 0u; // uniform in the workgroup
         if (split < KTILES && ksteps > 0u) {
             load_slice(z, m0, n0, kb + IDX(split) * MM_BK, ke, l);
