@@ -352,6 +352,49 @@ static void test_conv_picks(void) {
     mn_graph_destroy(g);
 }
 
+/* vec4 operand loads of plain products (matmul.glsl MM_VA/MM_VB) on the
+ * H200 profile: on when the operand's contiguous extent is a multiple of 4,
+ * off otherwise, absent under MEGANEURA_VK_GEMM_VEC=0 */
+static void test_gemm_vec(void) {
+    static const struct {
+        int64_t M, K, N;
+        bool ta, tb;
+        long va, vb;
+    } cases[] = {
+        {4096, 576, 1536, false, true, 1, 1},  /* a projection, y = x W^T */
+        {4096, 578, 1536, false, true, 0, 0},  /* K not a multiple of 4: both run along K */
+        {4096, 578, 1536, true, false, 1, 1},  /* A^T runs along M, B along N */
+        {4096, 578, 1534, true, false, 1, 0},  /* N not a multiple of 4 */
+    };
+    const vk_caps *h200 = &profiles[0].caps;
+    for (int knob = 0; knob < 2; knob++) {
+        if (knob) setenv("MEGANEURA_VK_GEMM_VEC", "0", 1);
+        for (size_t i = 0; i < MN_ARRAY_LEN(cases); i++) {
+            mn_graph *g;
+            mn_graph_create(&g);
+            g->raw_ids = true;
+            add_matmul(g, 2, 2, 1, cases[i].M, cases[i].K, cases[i].N, cases[i].ta, cases[i].tb);
+            char err[256] = "";
+            vk_kernel k;
+            memplan mp;
+            CHECK_OK(plan_all(&mp, g, err, sizeof err), err);
+            CHECK_OK(vk_codegen_node(&k, g, g->n - 1, &mp, h200, err, sizeof err), err);
+            const long va = define_value(&k, "MM_VA"), vb = define_value(&k, "MM_VB");
+            CHECK_MSG(knob ? va < 0 && vb < 0 : va == cases[i].va && vb == cases[i].vb,
+                      "%lldx%lldx%lld ta %d tb %d knob %d: MM_VA %ld MM_VB %ld", (long long)cases[i].M,
+                      (long long)cases[i].K, (long long)cases[i].N, cases[i].ta, cases[i].tb, knob, va, vb);
+            if (!knob && i < 3) {
+                char *src = vk_codegen_source(&k);
+                CHECK(src && compile_and_validate(src, "gemm vec4"));
+                free(src);
+            }
+            memplan_free(&mp);
+            mn_graph_destroy(g);
+        }
+    }
+    unsetenv("MEGANEURA_VK_GEMM_VEC");
+}
+
 static void test_pool(void) {
     static const struct {
         int64_t n, c, h, w;
@@ -395,6 +438,7 @@ int main(void) {
         test_matmul();
         test_conv();
         test_conv_picks();
+        test_gemm_vec();
         test_pool();
         shaderc_compiler_release(compiler);
     }

@@ -28,6 +28,7 @@
 #define FAULT_DISPATCH 1u
 #define FAULT_HOST 2u
 #define STAGING_BYTES (16u << 20)
+#define STAGING_MAX ((VkDeviceSize)256 << 20) /* the staging buffer grows to the step's inputs up to this */
 #define RB_BYTES 4096u /* staging tail for the readback nodes */
 #define PENDING_FILL 0x40 /* pending_arena flag: a vkCmdFillBuffer, not a copy (vkb_fill) */
 

@@ -193,6 +193,13 @@ static bool conv_px_on(void) {
     return !(v && !strcmp(v, "0"));
 }
 
+/* MEGANEURA_VK_GEMM_VEC=0 loads a plain product's operands element by
+ * element (to measure MM_VA/MM_VB). */
+static bool gemm_vec_on(void) {
+    const char *v = getenv("MEGANEURA_VK_GEMM_VEC");
+    return !(v && !strcmp(v, "0"));
+}
+
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t kc, int64_t batch, bool a_kfast, bool b_kfast,
                            int px, char *err, size_t cap) {
@@ -227,6 +234,15 @@ static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const
     const uint32_t nt = (c.bm / c.tm) * (c.bn / c.tn);
     if (conv_px_on() && ((px == PX_K && b_kfast && nt % c.bk == 0) || (px == PX_N && !b_kfast && nt % c.bn == 0)))
         vk_def(k, "MM_PX", "%d", px);
+    /* vec4 loads of a plain product's operand (matmul.glsl MM_VA/MM_VB):
+     * its contiguous extent a multiple of 4 (then so are its other strides,
+     * and pc.off is: tensors are 64-byte aligned), every invocation moving
+     * whole 4-element units of a slice; the template drops them for a
+     * paged operand or 64-bit indices */
+    if (map == MAP_MATMUL && gemm_vec_on() && c.bk % 4 == 0) {
+        vk_def(k, "MM_VA", "%d", (a_kfast ? K : M) % 4 == 0 && (c.bm * c.bk) % (4 * nt) == 0);
+        vk_def(k, "MM_VB", "%d", (b_kfast ? K : N) % 4 == 0 && (c.bn * c.bk) % (4 * nt) == 0);
+    }
     /* the fast contract without cooperative matrices: rounded operands */
     if (node_round16(n) == MN_ROUND_BF16) vk_def(k, "MM_RND(x)", "mn_round_bf16(x)");
     if (node_round16(n) == MN_ROUND_F16) vk_def(k, "MM_RND(x)", "mn_round_f16(x)");

@@ -255,7 +255,15 @@ mn_status vkb_make_arenas(vkb *b, char *err, size_t cap) {
     }
     for (int a = 0; a < MP_ARENA_COUNT; a++) free(types[a]);
     if (st) return st;
-    b->staging_size = STAGING_BYTES;
+    /* room for every input of a step at once (a batch of images: 19 MB for
+     * ResNet-50 at batch 32), so that a step's uploads go in one window
+     * instead of a submit-and-wait per 16 MiB; at most STAGING_MAX */
+    VkDeviceSize ins = 0;
+    for (int32_t i = 0; i < b->p->g->n; i++)
+        if (b->p->g->nodes[i].op == OP_INPUT && b->p->plan->slots[i].arena >= 0)
+            ins += (b->p->plan->slots[i].bytes + 15) & ~(VkDeviceSize)15;
+    b->staging_size = ins > STAGING_BYTES ? (ins < STAGING_MAX ? (ins + 4095) & ~(VkDeviceSize)4095 : STAGING_MAX)
+                                          : STAGING_BYTES;
     VkDeviceSize rb = 0;
     for (int i = 0; i < b->p->nreadback; i++) {
         const mp_slot *s = &b->p->plan->slots[b->p->readback[i]];

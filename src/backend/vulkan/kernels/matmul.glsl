@@ -50,7 +50,8 @@
 // statements that take output element i's value through the group's
 // pointwise members and store the group's result at Y(i) instead.
 //
-// Does not: use atomics, cooperative matrices or vector global loads.
+// Does not: use atomics or cooperative matrices; vector global loads only
+// in plain products (MM_VA, MM_VB).
 
 #ifndef MM_RND
 #define MM_RND(x) (x)
@@ -304,11 +305,52 @@ float px_tap(IDX z, px_t p, IDX t) {
 // for A), so a subgroup reads runs.
 float ra[LA], rb[LB];
 
+// Plain products (MM_MAP 0) whose operand runs contiguous in units of 4
+// (MM_VA / MM_VB from the generator: the contiguous extent a multiple of 4,
+// the tile's elements a multiple of 4 NT; tensors are 64-byte aligned) load
+// it as vec4s: unit u = lid + i*NT of the slice covers 4 consecutive
+// elements along the contiguous dimension, one global load instead of
+// four, and the index arithmetic once. Same values; not for a paged
+// operand or 64-bit indices.
+#if defined(MM_VA) && MM_VA && MM_MAP == 0 && !defined(X0_PAGES) && !defined(MN_IDX64)
+#define MM_VEC_A 1
+layout(std430, set = 0, binding = 1) readonly buffer BufX0v { vec4 d[]; } bX0v;
+#define UA (LA / 4)
+vec4 rav[UA];
+#else
+#define MM_VEC_A 0
+#endif
+#if defined(MM_VB) && MM_VB && MM_MAP == 0 && !defined(X1_PAGES) && !defined(MN_IDX64)
+#define MM_VEC_B 1
+layout(std430, set = 0, binding = 2) readonly buffer BufX1v { vec4 d[]; } bX1v;
+#define UB (LB / 4)
+vec4 rbv[UB];
+#else
+#define MM_VEC_B 0
+#endif
+#if MM_VEC_A || MM_VEC_B
+vec4 mm_rnd4(vec4 v) { return vec4(MM_RND(v.x), MM_RND(v.y), MM_RND(v.z), MM_RND(v.w)); }
+#endif
+
 #if MM_PX == 2
 px_t tile_px; // the pixel of this invocation's B elements in the current tile
 #endif
 
 void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
+#if MM_VEC_A
+    [[unroll]] for (uint i = 0; i < UA; i++) {
+        uint u = lid + i * NT;
+#if MM_A_KFAST
+        IDX m = m0 + u / (MM_BK / 4), k = k0 + 4u * (u % (MM_BK / 4));
+#else
+        IDX m = m0 + 4u * (u % (MM_BM / 4)), k = k0 + u / (MM_BM / 4);
+#endif
+        vec4 v = vec4(0.0);
+        if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < kend))
+            v = mm_rnd4(bX0v.d[(pc.off[1] + z * MM_SAZ + m * MM_SAM + k * MM_SAK) >> 2]);
+        rav[i] = v;
+    }
+#else
     [[unroll]] for (uint i = 0; i < LA; i++) {
         uint e = lid + i * NT;
 #if MM_A_KFAST
@@ -321,6 +363,7 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
         if ((MM_EVEN_M != 0 || m < MM_M) && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(mm_a(z, m, k));
         ra[i] = v;
     }
+#endif
 #if MM_PX == 1
     // the pixel is k = k0 + lid % BK for every element
     const IDX kp = k0 + lid % MM_BK;
@@ -340,6 +383,19 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
         if (tile_px.ok && (MM_EVEN_K != 0 || k < kend)) v = MM_RND(px_tap(z, tile_px, k));
         rb[i] = v;
     }
+#elif MM_VEC_B
+    [[unroll]] for (uint i = 0; i < UB; i++) {
+        uint u = lid + i * NT;
+#if MM_B_KFAST
+        IDX n = n0 + u / (MM_BK / 4), k = k0 + 4u * (u % (MM_BK / 4));
+#else
+        IDX n = n0 + 4u * (u % (MM_BN / 4)), k = k0 + u / (MM_BN / 4);
+#endif
+        vec4 v = vec4(0.0);
+        if ((MM_EVEN_N != 0 || n < MM_N) && (MM_EVEN_K != 0 || k < kend))
+            v = mm_rnd4(bX1v.d[(pc.off[2] + z * MM_SBZ + k * MM_SBK + n * MM_SBN) >> 2]);
+        rbv[i] = v;
+    }
 #else
     [[unroll]] for (uint i = 0; i < LB; i++) {
         uint e = lid + i * NT;
@@ -357,6 +413,17 @@ void load_slice(IDX z, IDX m0, IDX n0, IDX k0, IDX kend, uint lid) {
 }
 
 void store_slice(uint buf, uint lid) {
+#if MM_VEC_A
+    [[unroll]] for (uint i = 0; i < UA; i++) {
+        uint u = lid + i * NT;
+#if MM_A_KFAST
+        uint mm = u / (MM_BK / 4), k4 = 4u * (u % (MM_BK / 4));
+        [[unroll]] for (uint j = 0; j < 4; j++) sa[buf][k4 + j][mm >> 2][mm & 3u] = rav[i][j];
+#else
+        sa[buf][u / (MM_BM / 4)][u % (MM_BM / 4)] = rav[i];
+#endif
+    }
+#else
     [[unroll]] for (uint i = 0; i < LA; i++) {
         uint e = lid + i * NT;
 #if MM_A_KFAST
@@ -366,6 +433,18 @@ void store_slice(uint buf, uint lid) {
 #endif
         sa[buf][kk][mm >> 2][mm & 3u] = ra[i];
     }
+#endif
+#if MM_VEC_B
+    [[unroll]] for (uint i = 0; i < UB; i++) {
+        uint u = lid + i * NT;
+#if MM_B_KFAST
+        uint nn = u / (MM_BK / 4), k4 = 4u * (u % (MM_BK / 4));
+        [[unroll]] for (uint j = 0; j < 4; j++) sb[buf][k4 + j][nn >> 2][nn & 3u] = rbv[i][j];
+#else
+        sb[buf][u / (MM_BN / 4)][u % (MM_BN / 4)] = rbv[i];
+#endif
+    }
+#else
     [[unroll]] for (uint i = 0; i < LB; i++) {
         uint e = lid + i * NT;
 #if MM_B_KFAST
@@ -375,6 +454,7 @@ void store_slice(uint buf, uint lid) {
 #endif
         sb[buf][kk][nn >> 2][nn & 3u] = rb[i];
     }
+#endif
 }
 
 void main() {
