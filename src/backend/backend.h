@@ -61,6 +61,9 @@ typedef struct program {
     const int32_t *kernel_root;
     /* kernel_kind[r]: the kir_kind of the kernel rooted at r (kir.h), or NULL */
     const uint8_t *kernel_kind;
+    /* kernel_saved[r]: the node (kind KIR_SAVED) whose value the kernel
+     * rooted at r writes beside its own, or MN_NONE; NULL: none anywhere */
+    const int32_t *kernel_saved;
     /* Optional: kernels to take before compiling (kernel_set above; the
      * backend may use it only while create runs). */
     const kernel_set *kernels;

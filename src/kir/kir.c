@@ -9,16 +9,17 @@
 mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap) {
     const char *e = getenv("MEGANEURA_FUSION");
     const bool all = !e || !*e || strcmp(e, "1") == 0, pw = strcmp(e ? e : "", "pointwise") == 0,
-               nomulti = strcmp(e ? e : "", "nomulti") == 0;
-    if (!all && !pw && !nomulti && strcmp(e, "0") != 0) {
+               nomulti = strcmp(e ? e : "", "nomulti") == 0, nosaved = strcmp(e ? e : "", "nosaved") == 0;
+    if (!all && !pw && !nomulti && !nosaved && strcmp(e, "0") != 0) {
         mn_fmt(err, cap, "MEGANEURA_FUSION='%s': want 0 (no fusion), pointwise (pointwise chains only), nomulti "
-               "(no multi-tensor optimizer kernels) or 1 (all)", e);
+               "(no multi-tensor optimizer kernels), nosaved (no saved statistics) or 1 (all)", e);
         return MN_E_INVALID;
     }
     memset(o, 0, sizeof *o);
-    o->fuse_pointwise = backend_fuses && (all || pw || nomulti);
-    o->fuse_matmul = backend_fuses && (all || nomulti);
-    o->fuse_multi = backend_fuses && all;
+    o->fuse_pointwise = backend_fuses && (all || pw || nomulti || nosaved);
+    o->fuse_matmul = backend_fuses && (all || nomulti || nosaved);
+    o->fuse_multi = backend_fuses && (all || nosaved);
+    o->fuse_saved = backend_fuses && (all || nomulti);
     return MN_OK;
 }
 
@@ -264,6 +265,68 @@ static void heads_pass(kir *k, const mn_graph *g, const schedule *s, const kir_o
             }
         }
     }
+}
+
+/* ---- saved statistics ------------------------------------------------------ */
+
+/* lse = attention_lse(q, k, v[, pos]) of forward f: the same inputs and the
+ * same mask and scale (wrt means nothing to either). */
+static bool lse_of(const mn_graph *g, const node *l, const node *f) {
+    if (l->op != OP_ATTENTION_LSE || f->op != OP_ATTENTION || l->nin != f->nin) return false;
+    for (int i = 0; i < l->nin; i++)
+        if (l->in[i] != f->in[i]) return false;
+    const mn_attention_attrs a = attention_attrs_of(l), b = attention_attrs_of(f);
+    (void)g;
+    return a.causal == b.causal && a.window == b.window && a.scale == b.scale;
+}
+
+/* Moves list[from] to list[to] (to < from), shifting the nodes between. */
+static void move_back(int32_t *list, int32_t from, int32_t to) {
+    const int32_t id = list[from];
+    memmove(list + to + 1, list + to, (size_t)(from - to) * sizeof *list);
+    list[to] = id;
+}
+
+/* Runs after the regroup, over the final order: for each attention_lse,
+ * the forward with its inputs whose kernel runs earlier; the lse then
+ * directly follows that kernel (its inputs are the forward's: all computed
+ * by then). */
+static mn_status saved_pass(kir *k, const mn_graph *g, schedule *s) {
+    int32_t *pos = NULL;
+    for (int32_t t = 0; t < s->n; t++) {
+        const int32_t lid = s->order[t];
+        const node *l = &g->nodes[lid];
+        if (l->op != OP_ATTENTION_LSE || k->root[lid] != lid) continue;
+        if (!pos) {
+            pos = malloc((size_t)k->n * sizeof *pos);
+            if (!pos) return MN_E_NOMEM;
+        }
+        for (int32_t u = 0; u < s->n; u++) pos[s->order[u]] = u;
+        /* the forward: a consumer of q scheduled before the lse */
+        int32_t r = MN_NONE;
+        for (int32_t u = 0; u < t && r == MN_NONE; u++) {
+            const int32_t f = s->order[u];
+            if (lse_of(g, l, &g->nodes[f])) r = k->root[f];
+        }
+        if (r == MN_NONE || k->saved[r] != MN_NONE || (g->nodes[lid].flags & (NODE_F_OUTPUT | NODE_F_READ)))
+            continue;
+        const int32_t at = pos[r] + 1;
+        if (at > t) continue;
+        bool ok = true; /* nothing between writes what the lse reads */
+        for (int32_t u = at; ok && u < t; u++) {
+            const node *w = &g->nodes[s->order[u]];
+            for (int i = 0; ok && i < w->nin; i++)
+                for (int j = 0; ok && op_writes_input(w->op, i) && j < l->nin; j++)
+                    ok = storage_root(g, w->in[i]) != storage_root(g, l->in[j]);
+        }
+        if (!ok) continue;
+        move_back(s->order, t, at);
+        k->saved[r] = lid;
+        k->kind[lid] = KIR_SAVED;
+        k->nsaved++;
+    }
+    free(pos);
+    return MN_OK;
 }
 
 static bool is_update(op_id op) { return op == OP_SGD_UPDATE || op == OP_ADAM_UPDATE; }
@@ -590,6 +653,14 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         st = regroup(k, s->order, s->n);
         if (!st) st = regroup(k, s->fwd, s->nfwd);
     }
+    if (!st && o->fuse_saved) {
+        k->saved = malloc(((size_t)n + 1) * sizeof *k->saved);
+        if (!k->saved) st = MN_E_NOMEM;
+        for (int32_t i = 0; !st && i < n; i++) k->saved[i] = MN_NONE;
+        if (!st) st = saved_pass(k, g, s);
+        if (!st && !k->nsaved) free(k->saved), k->saved = NULL;
+        k->kernels -= k->nsaved;
+    }
 done:
     free(pos);
     free(nuse);
@@ -601,6 +672,7 @@ done:
 }
 
 void kir_free(kir *k) {
+    free(k->saved);
     free(k->root);
     free(k->kind);
     free(k->multi);
@@ -609,13 +681,14 @@ void kir_free(kir *k) {
 }
 
 void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f) {
-    fprintf(f, "kernels: %d dispatching kernels for %d scheduled nodes (%d folded into others, reshapes "
-               "dispatch nothing)\n", k->kernels, s->n, k->fused);
+    fprintf(f, "kernels: %d dispatching kernels for %d scheduled nodes (%d folded into others, %d saved by "
+               "another kernel, reshapes dispatch nothing)\n", k->kernels, s->n, k->fused, k->nsaved);
     /* dispatches by the op of their root, most frequent first */
     int32_t by[OP_COUNT] = {0};
     for (int32_t t = 0; t < s->n; t++) {
         const int32_t id = s->order[t];
-        if (k->root[id] == id && g->nodes[id].op != OP_RESHAPE) by[g->nodes[id].op]++;
+        if (k->root[id] == id && g->nodes[id].op != OP_RESHAPE && kir_kind_of(k, id) != KIR_SAVED)
+            by[g->nodes[id].op]++;
     }
     fprintf(f, "  by root op:");
     for (;;) {
@@ -630,6 +703,9 @@ void kir_dump(const kir *k, const mn_graph *g, const schedule *s, FILE *f) {
     /* the members of a kernel run right before its root (regroup) */
     for (int32_t t = 0; t < s->n; t++) {
         const int32_t id = s->order[t];
+        if (kir_saved_of(k, id) != MN_NONE)
+            fprintf(f, "  kernel %%%d %s also writes %%%d %s\n", id, op_table[g->nodes[id].op].name, k->saved[id],
+                    op_table[g->nodes[k->saved[id]].op].name);
         if (k->root[id] != id) continue;
         int32_t members = 0;
         while (members < t && k->root[s->order[t - 1 - members]] == id) members++;

@@ -44,6 +44,16 @@
  * permuted tensor fits one binding (multi_bytes) and nothing between the
  * two writes the storage that is read late.
  *
+ * Saved statistics (fuse_saved): the attention_lse that the backward
+ * builds from an attention's own inputs (the row log-sum-exp, recomputed by
+ * a kernel of its own otherwise) is written by the forward's kernel as a
+ * second output. The lse node keeps its storage and its place in the
+ * graph; the plan moves it right after the forward's kernel (KIR_SAVED:
+ * nothing to dispatch) so that the memory plan gives it storage from that
+ * position, and saved[r] names it for the kernel rooted at r (the
+ * attention, or the permute its output folds into). Only when no node
+ * between the two positions writes a storage the lse reads.
+ *
  * The pass regroups the schedule so that each group's
  * members run contiguously right before their root (a dependency order:
  * members feed only their group), and refuses to move a member past a node
@@ -83,7 +93,10 @@ typedef enum kir_kind {
      * ops, or back, computed by the kernel next to it instead of a
      * dispatch of its own */
     KIR_HEADS_IN,  /* a rope or kv_append reading its input (kir_heads_input) through its folded permute */
-    KIR_HEADS_OUT  /* a permute whose folded attention writes its output in the permute's layout */
+    KIR_HEADS_OUT, /* a permute whose folded attention writes its output in the permute's layout */
+    /* a node whose value another kernel writes beside its own (kir.saved):
+     * storage of its own, no dispatch; it directly follows that kernel */
+    KIR_SAVED
 } kir_kind;
 
 /* A multi-update kernel: its updates (members, then the root) in order. */
@@ -101,6 +114,10 @@ typedef struct kir {
     kir_multi *multi; /* the multi-update kernels, in order */
     int32_t nmulti;
     int32_t *multi_ids;
+    /* per graph node: the KIR_SAVED node that the kernel rooted there also
+     * writes (MN_NONE: none); NULL when there is none in the plan */
+    int32_t *saved;
+    int32_t nsaved;
 } kir;
 
 typedef struct kir_options {
@@ -113,6 +130,9 @@ typedef struct kir_options {
      * squares) over regions of at most multi_bytes (0: 2^31) */
     bool fuse_multi;
     uint64_t multi_bytes;
+    /* saved statistics: an attention's kernel writes the lse its backward
+     * reads (KIR_SAVED) instead of a kernel recomputing it */
+    bool fuse_saved;
 } kir_options;
 
 /* Builds the plan over s and regroups s->order and s->fwd in place (the
@@ -125,11 +145,15 @@ static inline bool kir_is_member(const kir *k, int32_t id) { return k && k->root
 static inline kir_kind kir_kind_of(const kir *k, int32_t id) {
     return k && k->kind ? (kir_kind)k->kind[id] : KIR_SINGLE;
 }
+/* The KIR_SAVED node that the kernel rooted at id also writes, or MN_NONE. */
+static inline int32_t kir_saved_of(const kir *k, int32_t id) { return k && k->saved ? k->saved[id] : MN_NONE; }
 /* The options MEGANEURA_FUSION asks for on a backend that fuses (or not):
  * unset, "" or "1" all, "nomulti" all but the multi-tensor optimizer
- * kernels (one update and one sum of squares per parameter), "pointwise"
- * pointwise chains only (no matmul epilogues, no multi-tensor kernels), "0"
- * none; another value is an error naming it. multi_bytes is left 0. */
+ * kernels (one update and one sum of squares per parameter), "nosaved" all
+ * but the saved statistics (the attention's lse recomputed by a kernel of
+ * its own), "pointwise" pointwise chains only (no matmul epilogues,
+ * head-layout folds, multi-tensor kernels or saved statistics), "0" none;
+ * another value is an error naming it. multi_bytes is left 0. */
 mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap);
 /* The ops the pointwise pass may fold: fusion class ELEMENTWISE and the
  * BCAST gathers, broadcast and permute (whose input then stays a kernel

@@ -366,7 +366,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     }
     /* the backend keeps pointers into the program: it lives in the session */
     s->prog = (program){g, s->sched.order, s->sched.n, &s->plan, s->iopt.f64, s->device ? s->device->impl : NULL,
-                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL, s->kernels.fused ? s->kernels.kind : NULL,
+                        {0}, 0, s->kernels.fused ? s->kernels.root : NULL,
+                        s->kernels.fused || s->kernels.nsaved ? s->kernels.kind : NULL, s->kernels.saved,
                         s->iopt.kernels, !training};
     if (s->gate != MN_NONE) s->prog.readback[s->prog.nreadback++] = s->gate;
     if (g->loss != MN_NONE) s->prog.readback[s->prog.nreadback++] = g->loss;

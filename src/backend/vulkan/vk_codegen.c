@@ -245,34 +245,50 @@ void vk_kernel_clear(vk_kernel *k) {
 }
 
 static mn_status codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *given, int heads_in,
-                              bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
+                              bool heads_out, int32_t saved, const memplan *mp, const vk_caps *caps, char *err,
+                              size_t cap) {
     const node *n = &g->nodes[id];
     memset(k, 0, sizeof *k); /* k->code of an earlier kernel is its owner's to free (vk_kernel_clear) */
     k->heads_in = heads_in;
     k->heads_out = heads_out;
     /* 32-bit index arithmetic unless an operand has more than index_max
      * elements (the one check of that limit) */
-    int32_t opnd[1 + NODE_MAX_IN] = {id};
+    int32_t opnd[2 + NODE_MAX_IN] = {id};
     for (int i = 0; i < n->nin; i++) opnd[1 + i] = n->in[i];
     if (given)
         for (int i = 0; i <= n->nin; i++) opnd[i] = given[i];
+    int nopnd = 1 + n->nin;
+    if (saved != MN_NONE) {
+        if (n->nin >= NODE_MAX_IN) {
+            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): no binding left for the saved %%%d", op_table[n->op].name,
+                   id, (int)saved);
+            return MN_E_UNSUPPORTED;
+        }
+        opnd[nopnd++] = saved;
+        k->saved_in = 1 + n->nin;
+    }
     mn_status st0 = op_has(n->op, OPF_SOURCE) || n->op == OP_RESHAPE
                         ? MN_OK /* nothing dispatched, nothing indexed */
-                        : vk_index_width(k, g, id, opnd, 1 + n->nin, caps, err, cap);
+                        : vk_index_width(k, g, id, opnd, nopnd, caps, err, cap);
     if (st0) return st0;
     k->local[0] = k->local[1] = k->local[2] = 1;
     k->groups[0] = k->groups[1] = k->groups[2] = 1;
     vk_def_u(k, "Y_N", (uint64_t)node_numel(n));
-    for (int i = 0; i < n->nin; i++) {
+    for (int i = 0; i + 1 < nopnd; i++) {
         char nm[24];
         snprintf(nm, sizeof nm, "X%d_ACCESS", i);
-        vk_def(k, nm, "%s", vk_input_written(n, i) ? "" : "readonly");
+        vk_def(k, nm, "%s", i >= n->nin || vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
         vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[opnd[1 + i]]));
     }
-    if ((st0 = vk_paged_defines(k, g, opnd, 1 + n->nin, mp, caps, err, cap))) return st0;
+    if ((st0 = vk_paged_defines(k, g, opnd, nopnd, mp, caps, err, cap))) return st0;
     mn_status st = gen_table[n->op](k, g, n, caps, err, cap);
     if (st) return st;
+    if (k->saved_in && !k->saved_done) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): its kernel cannot write %s (%%%d) beside its output",
+               op_table[n->op].name, id, op_table[g->nodes[saved].op].name, (int)saved);
+        return MN_E_UNSUPPORTED;
+    }
     if (k->overflow) {
         mn_fmt(err, cap, "vulkan codegen: %s (%%%d): specialisation text too long", op_table[n->op].name, id);
         return MN_E_UNSUPPORTED;
@@ -282,12 +298,18 @@ static mn_status codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const
 
 mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const memplan *mp, const vk_caps *caps,
                           char *err, size_t cap) {
-    return codegen_node(k, g, id, NULL, 0, false, mp, caps, err, cap);
+    return codegen_node(k, g, id, NULL, 0, false, MN_NONE, mp, caps, err, cap);
 }
 
 mn_status vk_codegen_heads(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
                            bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap) {
-    return codegen_node(k, g, id, opnd, heads_in, heads_out, mp, caps, err, cap);
+    return codegen_node(k, g, id, opnd, heads_in, heads_out, MN_NONE, mp, caps, err, cap);
+}
+
+mn_status vk_codegen_saving(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
+                            bool heads_out, int32_t saved, const memplan *mp, const vk_caps *caps, char *err,
+                            size_t cap) {
+    return codegen_node(k, g, id, opnd, heads_in, heads_out, saved, mp, caps, err, cap);
 }
 
 /* The generator alone: the caller set k's index width (vk_index_width) for

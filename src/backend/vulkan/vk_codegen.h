@@ -140,6 +140,12 @@ typedef struct vk_kernel {
     uint32_t dims[VK_DIMS];
     int ndims;
     bool generic; /* vk_hoist_sizes rewrote the defines */
+    /* a saved value (kir.h KIR_SAVED) written beside the output: bound as
+     * input saved_in - 1 (0: none), writable; the generator sets
+     * saved_done when its kernel writes it (the attention forward: the
+     * rows' lse), else the node cannot save it and codegen fails */
+    int saved_in;
+    bool saved_done;
 } vk_kernel;
 
 /* Makes k size-generic where that costs nothing at run time: an eltwise
@@ -222,6 +228,12 @@ mn_status vk_codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const mem
  * and heads_out as in vk_kernel. */
 mn_status vk_codegen_heads(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
                            bool heads_out, const memplan *mp, const vk_caps *caps, char *err, size_t cap);
+/* vk_codegen_node or vk_codegen_heads (opnd NULL: the node's own operands)
+ * whose kernel also writes node saved (kir.h KIR_SAVED), bound after the
+ * node's inputs (MN_NONE: none, as the two above). */
+mn_status vk_codegen_saving(vk_kernel *k, const mn_graph *g, int32_t id, const int32_t *opnd, int heads_in,
+                            bool heads_out, int32_t saved, const memplan *mp, const vk_caps *caps, char *err,
+                            size_t cap);
 /* Only node id's generator (vkgen_<op>), into k as it is: no buffer
  * defines (a fused kernel's caller writes its own). */
 mn_status vk_codegen_op(vk_kernel *k, const mn_graph *g, int32_t id, const vk_caps *caps, char *err, size_t cap);

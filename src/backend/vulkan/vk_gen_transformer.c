@@ -356,8 +356,9 @@ static const char *at_tile_unfit(const at_geom *a, at_tile t, const vk_caps *cap
 static const at_tile at_cands[4][8] = {
     [AT_FWD] = {{64, 32, 4, 8}, {32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
     [AT_LSE] = {{64, 32, 4, 8}, {32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
-    [AT_BWD_Q] = {{32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
-    [AT_BWD_KV] = {{32, 32, 2, 8}, {16, 32, 1, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
+    [AT_BWD_Q] = {{32, 32, 4, 16}, {32, 32, 2, 8}, {32, 16, 2, 8}, {16, 16, 2, 8}, {16, 16, 1, 8}, {8, 16, 1, 8},
+                  {8, 8, 1, 4}},
+    [AT_BWD_KV] = {{32, 32, 4, 16}, {32, 32, 2, 8}, {16, 32, 1, 8}, {16, 16, 1, 8}, {8, 16, 1, 8}, {8, 8, 1, 4}},
 };
 
 /* Tuning knobs (docs/PERF.md): MEGANEURA_ATTN = auto (default) | rows (the
@@ -524,6 +525,15 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
     const at_geom a = at_geom_of(g, n, op);
     /* a folded permute (0, 2, 1, 3) after the forward: rows stored as [B, Tq, Hq, D] */
     vk_def(k, "AT_OUT_BTHD", "%d", op == AT_FWD && k->heads_out ? 1 : 0);
+    /* the forward writes its rows' lse too (kir.h KIR_SAVED): the backward's
+     * attention_lse, bound after the inputs */
+    if (k->saved_in && op == AT_FWD) {
+        vk_def(k, "AT_SAVE_LSE", "1");
+        vk_def(k, "AT_LSE_WR(i)", "X%d_WR(i)", k->saved_in - 1);
+        k->saved_done = true;
+    } else {
+        vk_def(k, "AT_SAVE_LSE", "0");
+    }
     const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
     /* the tile kernel indexes in 32 bits: 64-bit shapes take the row kernel */
     if (want && kn.kernel != 1 && !k->idx64) {

@@ -356,6 +356,10 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         rt->pipe = -1;
         job_of[i] = -1;
         if (kr && kr[id] != id) continue; /* computed by its root's kernel */
+        if (p->kernel_kind && p->kernel_kind[id] == KIR_SAVED) continue; /* written by the kernel before it */
+        /* a saved value (kir.h) this kernel writes beside its own: bound
+         * after the inputs, written */
+        const int32_t saved = p->kernel_saved ? p->kernel_saved[id] : MN_NONE;
         /* the members folded into this node's kernel directly precede it */
         int nm = 0;
         while (kr && nm < i && kr[p->order[i - 1 - nm]] == id) nm++;
@@ -364,6 +368,11 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
         rt->ranged = 0;
         vk_kernel_clear(k);
         const kir_kind kind = nm && p->kernel_kind ? (kir_kind)p->kernel_kind[id] : KIR_SINGLE;
+        if (saved != MN_NONE && nm && kind != KIR_HEADS_OUT) { /* kir saves only beside these */
+            mn_fmt(err, cap, "vulkan: the fused kernel of %%%d cannot write the saved %%%d", id, (int)saved);
+            st = MN_E_INVALID;
+            break;
+        }
         if (kind == KIR_MULTI_UPDATE || kind == KIR_MULTI_SUMSQ) {
             vk_operands ops;
             if (kind == KIR_MULTI_UPDATE)
@@ -392,14 +401,19 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             int32_t opnd[1 + NODE_MAX_IN];
             opnd[0] = id;
             for (int j = 0; j < kn->nin; j++) opnd[1 + j] = j == hin ? p->g->nodes[m].in[0] : kn->in[j];
-            if ((st = vk_codegen_heads(k, p->g, kid, opnd, hin + 1, kind == KIR_HEADS_OUT, p->plan, &b->c.caps, err,
-                                       cap)))
+            if ((st = vk_codegen_saving(k, p->g, kid, opnd, hin + 1, kind == KIR_HEADS_OUT, saved, p->plan,
+                                        &b->c.caps, err, cap)))
                 break;
             for (int j = 0; j < kn->nin; j++) {
                 rt->opnd[1 + j] = opnd[1 + j];
                 if (vk_input_written(kn, j)) rt->written |= (uint8_t)(1u << (1 + j));
             }
             rt->nopnd = (uint8_t)(1 + kn->nin);
+            if (saved != MN_NONE) {
+                rt->opnd[rt->nopnd] = saved;
+                rt->written |= (uint8_t)(1u << rt->nopnd);
+                rt->nopnd++;
+            }
         } else if (nm) {
             int32_t members[KIR_MAX_MEMBERS], ext[KIR_MAX_INPUTS];
             int next = 0;
@@ -413,12 +427,17 @@ mn_status vkb_build_kernels(vkb *b, char *err, size_t cap) {
             for (int j = 0; j < next; j++) rt->opnd[1 + j] = ext[j];
             rt->nopnd = (uint8_t)(1 + next);
         } else {
-            if ((st = vk_codegen_node(k, p->g, id, p->plan, &b->c.caps, err, cap))) break;
+            if ((st = vk_codegen_saving(k, p->g, id, NULL, 0, false, saved, p->plan, &b->c.caps, err, cap))) break;
             for (int j = 0; j < n->nin; j++) {
                 rt->opnd[1 + j] = n->in[j];
                 if (vk_input_written(n, j)) rt->written |= (uint8_t)(1u << (1 + j));
             }
             rt->nopnd = (uint8_t)(1 + n->nin);
+            if (saved != MN_NONE) {
+                rt->opnd[rt->nopnd] = saved;
+                rt->written |= (uint8_t)(1u << rt->nopnd);
+                rt->nopnd++;
+            }
         }
         if (!k->tmpl) continue;
         vk_hoist_sizes(k); /* sizes in push constants where it costs nothing */

@@ -50,7 +50,8 @@
 // X4 prep, X5 pos. Defines: AT_OP, AT_B, AT_HQ, AT_HKV, AT_GRP, AT_TQ,
 // AT_TK, AT_D, AT_DU, AT_LU, AT_OUT_BTHD (forward: rows stored as
 // [B, Tq, Hq, D], a folded permute), AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
-// AT_WRT_V, AT_PART,
+// AT_WRT_V, AT_PART, AT_SAVE_LSE (forward: also write the rows' lse through
+// AT_LSE_WR, a binding after the inputs; kir.h KIR_SAVED),
 // AT_NROWS, AT_R, AT_S, AT_BK, AT_ITEMW, AT_ISTR, AT_PSTR, AT_NBLK, AT_PMERGE,
 // TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (a later,
@@ -384,6 +385,10 @@ void main() {
 #if AT_OP == AT_LSE
     if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
 #else
+#if AT_SAVE_LSE
+    // the backward's attention_lse, saved (kir.h KIR_SAVED): AT_LSE's value
+    if (live && s == 0u) AT_LSE_WR(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
+#endif
     float invl = rowany ? 1.0 / L : 0.0;
 #if AT_PMERGE
     // as at_write_sum; a row's sum L again from sh_b (a row with no key: 0)

@@ -57,9 +57,11 @@
 // key writes zeros (lse -inf), and no gradient.
 //
 // Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
-// X4 prep, X5 pos. Defines: AT_OP, AT_HQ, AT_HKV, AT_GRP, AT_TQ, AT_TK,
+// X4 prep, X5 pos. With AT_SAVE_LSE the forward also writes its rows' lse
+// (AT_LSE's output) through AT_LSE_WR, a binding after the inputs (the
+// backward's attention_lse node, kir.h KIR_SAVED). Defines: AT_OP, AT_HQ, AT_HKV, AT_GRP, AT_TQ, AT_TK,
 // AT_D, AT_DP, AT_PADDED (AT_DP > AT_D), AT_OUT_BTHD, AT_CAUSAL, AT_WINDOW, AT_SCALE, AT_HAS_POS, AT_POS,
-// AT_WRT_V, AT_PART, AT_NROWS, AT_NBLK, AT_BM, AT_BN, AT_TM, AT_LX,
+// AT_WRT_V, AT_PART, AT_SAVE_LSE, AT_LSE_WR, AT_NROWS, AT_NBLK, AT_BM, AT_BN, AT_TM, AT_LX,
 // AT_RUN, AT_PREFETCH, TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (the H200 has
 // no f32 ones); handle D above what the shared memory holds (the
@@ -543,6 +545,10 @@ void main() {
 #if AT_OP == AT_LSE
         if (tx == 0u) Y(at_lse_out(head, row)) = L > 0.0 ? m[r] + log(L) : MN_NEG_INF;
 #else
+#if AT_SAVE_LSE
+        // the backward's attention_lse, saved (kir.h KIR_SAVED): AT_LSE's value
+        if (tx == 0u) AT_LSE_WR(at_lse_out(head, row)) = L > 0.0 ? m[r] + log(L) : MN_NEG_INF;
+#endif
         float invl = L > 0.0 ? 1.0 / L : 0.0;
         uint ro = at_orow(head, row);
         [[unroll]] for (uint oc = 0u; oc < OC; oc++)
