@@ -47,6 +47,11 @@ static mn_tensor c_matmul_tb(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, 
 static mn_tensor c_matmul_tab(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 4, 3), GP(2, -1, 1, 5, 4), true, true); return y; }
 static mn_tensor c_matmul_bshared(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(3, -1, 1, 2, 3, 4), GP(2, -1, 1, 4, 5)); return y; }
 static mn_tensor c_matmul_ashared(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 3, 4), GP(3, -1, 1, 2, 5, 4), false, true); return y; }
+/* a weight's gradient over 1536 / 1024 rows: summed in 3 / 2 parts
+ * (autodiff.c ksplit_parts; few columns: the central differences of a loss
+ * over more terms lose digits) */
+static mn_tensor c_matmul_longk(gc *c) { mn_tensor y; mn_matmul(c->g, &y, GP(2, -1, 1, 1536, 3), GP(2, -1, 1, 3, 5)); return y; }
+static mn_tensor c_matmul_longk_tb(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(2, -1, 1, 1024, 2), GP(2, -1, 1, 3, 2), false, true); return y; }
 static mn_tensor c_matmul_batched(gc *c) { mn_tensor y; mn_matmul_ex(c->g, &y, GP(3, -1, 1, 2, 4, 3), GP(3, -1, 1, 2, 4, 5), true, false); return y; }
 static mn_tensor c_add(gc *c) { mn_tensor y; mn_add(c->g, &y, GP(3, -1, 1, 2, 3, 4), GP(2, -1, 1, 3, 1)); return y; }
 static mn_tensor c_sub(gc *c) { mn_tensor y; mn_sub(c->g, &y, GP(1, -1, 1, 4), GP(3, -1, 1, 2, 3, 4)); return y; }
@@ -481,6 +486,7 @@ static const gcase cases[] = {
     {OP_MATMUL, "matmul_tb", c_matmul_tb, 0}, {OP_MATMUL, "matmul_tab", c_matmul_tab, 0},
     {OP_MATMUL, "matmul_bshared", c_matmul_bshared, 0}, {OP_MATMUL, "matmul_ashared", c_matmul_ashared, 0},
     {OP_MATMUL, "matmul_batched", c_matmul_batched, 0},
+    {OP_MATMUL, "matmul_longk_parts", c_matmul_longk, 0}, {OP_MATMUL, "matmul_longk_parts_tb", c_matmul_longk_tb, 0},
     {OP_ADD, "add_bcast", c_add, 0}, {OP_SUB, "sub_bcast", c_sub, 0}, {OP_MUL, "mul_bcast", c_mul, 0},
     {OP_DIV, "div_bcast", c_div, 0}, {OP_SCALE, "scale", c_scale, 0}, {OP_NEG, "neg", c_neg, 0},
     {OP_EXP, "exp", c_exp, 0}, {OP_LOG, "log", c_log, 0}, {OP_SQRT, "sqrt", c_sqrt, 0},

@@ -108,8 +108,37 @@ static void no_rule_is_an_error(void) {
     mn_graph_destroy(g);
 }
 
+/* A weight gradient over many rows is one batched product of the rows'
+ * parts and a sum over them (autodiff.c ksplit_parts); the knob
+ * MEGANEURA_MATMUL_KSPLIT=0 keeps one product. Counts the matmuls of the
+ * gradient graph with a 3-D result. */
+static int split_products(const char *knob) {
+    if (knob) setenv("MEGANEURA_MATMUL_KSPLIT", knob, 1);
+    mn_graph *g;
+    mn_tensor x, w, y, loss;
+    const int64_t sx[2] = {2048, 8}, sw[2] = {8, 16};
+    mn_init u = {MN_INIT_UNIFORM, -1, 1};
+    mn_graph_create(&g);
+    mn_status st = mn_graph_param(g, &x, "x", 2, sx, u);
+    st = st ? st : mn_graph_param(g, &w, "w", 2, sw, u);
+    st = st ? st : mn_matmul(g, &y, x, w);
+    st = st ? st : mn_sum(g, &loss, y, MN_ALL_AXES, false);
+    st = st ? st : mn_graph_loss(g, loss);
+    int32_t *grads = NULL;
+    st = st ? st : autodiff_build(g, g->loss, MN_NONE, &grads);
+    CHECK_OK(st, mn_graph_error(g));
+    int n3 = 0;
+    for (int32_t i = 0; i < g->n; i++) n3 += g->nodes[i].op == OP_MATMUL && g->nodes[i].rank == 3;
+    free(grads);
+    mn_graph_destroy(g);
+    unsetenv("MEGANEURA_MATMUL_KSPLIT");
+    return n3;
+}
+
 int main(void) {
     no_rule_is_an_error();
+    CHECK_MSG(split_products(NULL) == 1, "2048 rows: %d batched products, want 1 (4 parts)", split_products(NULL));
+    CHECK_MSG(split_products("0") == 0, "MEGANEURA_MATMUL_KSPLIT=0: %d batched products", split_products("0"));
     /* every differentiable op has at least one case */
     for (int op = 0; op < OP_COUNT; op++) {
         if (!autodiff_has_rule((op_id)op)) continue;

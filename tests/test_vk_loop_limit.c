@@ -278,17 +278,19 @@ static void refuse_at_session(const vk_caps *caps) {
  * at head dim 32. */
 static void tile_configs(void) {
     static const struct {
-        const char *attn, *tile, *run, *prefetch;
+        const char *attn, *tile, *run, *prefetch, *fusion;
     } v[] = {
-        {"tiles", "fwd=16x8x2x4,lse=8x8x1x2,dq=32x8x4x4,dkv=16x8x1x2", "3", "1"},
-        {"tiles", "fwd=32x16x4x8,lse=32x16x4x8,dq=8x8x1x4,dkv=8x8x1x4", "1", NULL},
-        {"tiles", "fwd=64x32x4x8,lse=64x32x4x8,dq=32x32x2x8,dkv=32x32x2x8", "4", "1"},
-        {"tiles", "dq=16x32x2x16,dkv=16x32x2x16", "4", "1"}, /* 16 invocations a row, as the H200 backward since run X */
+        /* nosaved: the lse by a kernel of its own (otherwise the forward writes it, kir.h KIR_SAVED) */
+        {"tiles", "fwd=16x8x2x4,lse=8x8x1x2,dq=32x8x4x4,dkv=16x8x1x2", "3", "1", "nosaved"},
+        {"tiles", "fwd=32x16x4x8,lse=32x16x4x8,dq=8x8x1x4,dkv=8x8x1x4", "1", NULL, "nosaved"},
+        {"tiles", "fwd=64x32x4x8,lse=64x32x4x8,dq=32x32x2x8,dkv=32x32x2x8", "4", "1", NULL},
+        {"tiles", "fwd=16x32x2x16,dq=16x32x2x16,dkv=16x32x2x16", "4", "1", NULL}, /* 16 invocations a row, as the H200 since runs X, Y */
     };
     for (size_t i = 0; i < MN_ARRAY_LEN(v); i++) {
         char name[160];
-        snprintf(name, sizeof name, "attention %s %s run %s%s", v[i].attn, v[i].tile ? v[i].tile : "(default)",
-                 v[i].run ? v[i].run : "(default)", v[i].prefetch ? " prefetch" : "");
+        snprintf(name, sizeof name, "attention %s %s run %s%s%s", v[i].attn, v[i].tile ? v[i].tile : "(default)",
+                 v[i].run ? v[i].run : "(default)", v[i].prefetch ? " prefetch" : "", v[i].fusion ? " nosaved" : "");
+        if (v[i].fusion) setenv("MEGANEURA_FUSION", v[i].fusion, 1);
         setenv("MEGANEURA_ATTN", v[i].attn, 1);
         if (v[i].tile) setenv("MEGANEURA_ATTN_TILE", v[i].tile, 1);
         if (v[i].run) setenv("MEGANEURA_ATTN_RUN", v[i].run, 1);
@@ -298,6 +300,7 @@ static void tile_configs(void) {
         unsetenv("MEGANEURA_ATTN_TILE");
         unsetenv("MEGANEURA_ATTN_RUN");
         unsetenv("MEGANEURA_ATTN_PREFETCH");
+        unsetenv("MEGANEURA_FUSION");
     }
 }
 

@@ -141,6 +141,48 @@ static mn_status unbroadcast(adctx *c, int32_t *out, int32_t t, const node *n, i
     return reduce_to_staged(c, out, t, &target);
 }
 
+/* The parts of a weight gradient's product L^T R (L [K, m], R [K, n], K
+ * the rows of a batch) summed over K in parts, or 1. A long K over a small
+ * gradient (SmolLM2-135M at 8 x 512 tokens: K = 4096 for a 576 x 1536
+ * gradient, 60 tiles of 128 x 128) runs one GEMM on a fraction of a GPU's
+ * cores; the rows split into P equal parts are views ([P, K / P, m]), their
+ * products one batched GEMM with P times the tiles, then a sum over P.
+ * Enough parts for about KSPLIT_TILES 128 x 128 tiles, at most
+ * KSPLIT_MAX_PARTS, each at least KSPLIT_MIN_ROWS rows, P dividing K, the
+ * partial sums at most KSPLIT_MAX_SCRATCH floats. Device independent, so
+ * every backend computes the same sums. MEGANEURA_MATMUL_KSPLIT=0 turns it
+ * off (to measure it). */
+#define KSPLIT_TILES 256
+#define KSPLIT_MAX_PARTS 8
+#define KSPLIT_MIN_ROWS 512
+#define KSPLIT_MAX_SCRATCH ((int64_t)1 << 24)
+static int64_t ksplit_parts(int64_t K, int64_t m, int64_t nn) {
+    const char *knob = getenv("MEGANEURA_MATMUL_KSPLIT");
+    if (knob && !strcmp(knob, "0")) return 1;
+    if (K < 2 * KSPLIT_MIN_ROWS || m < 1 || nn < 1) return 1;
+    const int64_t tiles = ((m + 127) / 128) * ((nn + 127) / 128);
+    int64_t p = (KSPLIT_TILES + tiles - 1) / tiles;
+    if (p > KSPLIT_MAX_PARTS) p = KSPLIT_MAX_PARTS;
+    if (p > K / KSPLIT_MIN_ROWS) p = K / KSPLIT_MIN_ROWS;
+    if (p > KSPLIT_MAX_SCRATCH / (m * nn)) p = KSPLIT_MAX_SCRATCH / (m * nn);
+    while (p > 1 && K % p) p--;
+    return p < 2 ? 1 : p;
+}
+
+/* *out = L^T R over rank-2 L [K, m] and R [K, n], in ksplit_parts parts. */
+static mn_status matmul_tn(adctx *c, int32_t *out, int32_t l, int32_t r) {
+    mn_graph *g = c->g;
+    const node *L = &g->nodes[l], *R = &g->nodes[r];
+    const int64_t K = L->shape[0], m = L->shape[1], nn = R->shape[1], P = ksplit_parts(K, m, nn);
+    if (P < 2) return mn_matmul_ex(g, out, l, r, true, false);
+    const int64_t sl[3] = {P, K / P, m}, sr[3] = {P, K / P, nn};
+    int32_t lp, rp, t;
+    mn_status st = mn_reshape(g, &lp, l, 3, sl);
+    st = st ? st : mn_reshape(g, &rp, r, 3, sr);
+    st = st ? st : mn_matmul_ex(g, &t, lp, rp, true, false);
+    return st ? st : mn_sum(g, out, t, 0, false);
+}
+
 static mn_status grad_matmul(adctx *c, const node *n, int32_t y, int32_t dy, int32_t dx[NODE_MAX_IN]) {
     mn_graph *g = c->g;
     int32_t a = n->in[0], b = n->in[1], t;
@@ -151,7 +193,11 @@ static mn_status grad_matmul(adctx *c, const node *n, int32_t y, int32_t dy, int
         if (st || (st = unbroadcast(c, &dx[0], t, n, 0))) return st;
     }
     if (need(c, n, 1)) {
-        st = tb ? mn_matmul_ex(g, &t, dy, a, true, ta) : mn_matmul_ex(g, &t, a, dy, !ta, false);
+        /* a weight's gradient over rows of a batch (a [K, in], 2-D): a sum over K, in parts when long */
+        const bool rows = !ta && n->rank == 2 && g->nodes[a].rank == 2 && g->nodes[b].rank == 2 &&
+                          g->nodes[a].dtype == MN_F32 && g->nodes[dy].dtype == MN_F32;
+        if (rows) st = tb ? matmul_tn(c, &t, dy, a) : matmul_tn(c, &t, a, dy);
+        else st = tb ? mn_matmul_ex(g, &t, dy, a, true, ta) : mn_matmul_ex(g, &t, a, dy, !ta, false);
         if (st || (st = unbroadcast(c, &dx[1], t, n, 1))) return st;
     }
     return MN_OK;
