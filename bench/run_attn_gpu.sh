@@ -38,7 +38,7 @@ fi
 if has sweep; then
   log sweep
   # VAR=VALUE settings, one at a time (the others at their defaults); the
-  # H200 defaults are fwd=64x32x4x8 lse=64x32x4x8 dq=32x32x2x8 dkv=32x32x2x8
+  # H200 defaults are fwd=64x32x4x16 lse=64x32x4x8 dq=32x32x4x16 dkv=32x32x4x16
   # run 4 prefetch 1
   for kv in \
       MEGANEURA_ATTN_TILE=fwd=32x32x2x8 MEGANEURA_ATTN_TILE=fwd=64x16x4x8 MEGANEURA_ATTN_TILE=fwd=64x16x8x8 \

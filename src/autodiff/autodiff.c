@@ -147,19 +147,25 @@ static mn_status unbroadcast(adctx *c, int32_t *out, int32_t t, const node *n, i
  * gradient, 60 tiles of 128 x 128) runs one GEMM on a fraction of a GPU's
  * cores; the rows split into P equal parts are views ([P, K / P, m]), their
  * products one batched GEMM with P times the tiles, then a sum over P.
- * Enough parts for about KSPLIT_TILES 128 x 128 tiles, at most
+ * Enough parts for about KSPLIT_TILES 128 x 128 tiles (8 parts of 576 x 1536
+ * over 4096 rows: 136.8 ms a SmolLM2-135M 8 x 512 step on an H200, 139.2
+ * with 4, 145.7 with 2, 140.9 with one product; docs/PERF.md run AA), at most
  * KSPLIT_MAX_PARTS, each at least KSPLIT_MIN_ROWS rows, P dividing K, the
  * partial sums at most KSPLIT_MAX_SCRATCH floats. Device independent, so
  * every backend computes the same sums. MEGANEURA_MATMUL_KSPLIT=0 turns it
- * off (to measure it). */
-#define KSPLIT_TILES 256
+ * off, =2 .. =8 asks that many parts where they divide K (to measure it). */
+#define KSPLIT_TILES 512
 #define KSPLIT_MAX_PARTS 8
 #define KSPLIT_MIN_ROWS 512
 #define KSPLIT_MAX_SCRATCH ((int64_t)1 << 24)
 static int64_t ksplit_parts(int64_t K, int64_t m, int64_t nn) {
-    const char *knob = getenv("MEGANEURA_MATMUL_KSPLIT");
+    const char *knob = getenv("MEGANEURA_MATMUL_KSPLIT"); /* "0": never; "2" .. "8": that many parts */
     if (knob && !strcmp(knob, "0")) return 1;
     if (K < 2 * KSPLIT_MIN_ROWS || m < 1 || nn < 1) return 1;
+    if (knob && knob[0] >= '2' && knob[0] <= '8' && !knob[1]) {
+        const int64_t want = knob[0] - '0';
+        return K % want == 0 && K / want >= KSPLIT_MIN_ROWS / 2 && want * m * nn <= KSPLIT_MAX_SCRATCH ? want : 1;
+    }
     const int64_t tiles = ((m + 127) / 128) * ((nn + 127) / 128);
     int64_t p = (KSPLIT_TILES + tiles - 1) / tiles;
     if (p > KSPLIT_MAX_PARTS) p = KSPLIT_MAX_PARTS;
