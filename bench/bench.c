@@ -1,7 +1,8 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--gemm-shape M,N,K]...
- *                   [--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]
+ *                   [--only NAME] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16]
+ *                   [--models] [--list]
  *
  * --list names every workload, the model workloads of bench_models.c (the
  * paper's five at its shapes and larger training batches: ResNet-50, the
@@ -20,6 +21,10 @@
  * over --runs after --warmup.
  * --nonfinite: the sessions' non-finite check (default: the library's, skip;
  * unchecked is the step without the check, like the PyTorch anchor's).
+ * --precision: mn_session_options.precision of every session (default
+ * strict; the fast contract's bf16 or f16 operands for the matrix products,
+ * f16 training with dynamic loss scaling from 65536, as GradScaler), reported
+ * as "precision" (the model workloads; the MLP lines carry it too).
  * --gemm: square f32 matmul n = 1024, 4096, 8192, TFLOP/s from the best run;
  * --gemm-shape M,N,K (repeatable): those products instead. The tile is the
  * generator's choice unless MEGANEURA_VK_GEMM_TILE=bm,bn,bk,tm,tn forces one
@@ -105,6 +110,7 @@ static mn_graph *build_mlp(const workload *w) {
 
 static mn_device *g_device;
 static mn_nonfinite g_nonfinite = MN_NONFINITE_SKIP;
+static mn_precision g_precision = MN_PRECISION_STRICT;
 static const char *const nonfinite_names[] = {"skip", "apply", "unchecked"};
 
 static mn_session *open_session(const mn_graph *g, mn_backend_kind be, mn_mode mode, mn_optim_kind ok, double *ms) {
@@ -113,6 +119,8 @@ static mn_session *open_session(const mn_graph *g, mn_backend_kind be, mn_mode m
     o.device = g_device;
     o.mode = mode;
     o.nonfinite = g_nonfinite;
+    o.precision = g_precision;
+    if (mode == MN_MODE_TRAINING && g_precision == MN_PRECISION_FAST_F16) o.loss_scale.init = 65536.0f;
     o.optim = mn_optimizer_default(ok);
     o.optim.lr = 1e-3f;
     if (ok == MN_OPTIM_SGD) o.optim.momentum = 0.9f;
@@ -191,10 +199,10 @@ static void bench_mlp(const workload *w, mn_backend_kind be, int warmup, int run
     time_it(si, false, warmup, runs, x, xn * 4, lab, (size_t)w->batch * 4, &imed, &imin);
     size_t peak = 0, sum = 0;
     mn_session_memory(s, &peak, &sum);
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
+    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"precision\":\"%s\",\"nonfinite\":\"%s\",\"device_open_ms\":%.2f,\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,"
            "\"train_ms_median\":%.4f,\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,"
            "\"train_kernels\":%ld,\"infer_kernels\":%ld,\"peak_bytes\":%zu,\"sum_bytes\":%zu}\n",
-           w->name, backend_name(be), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin,
+           w->name, backend_name(be), mn_precision_name(g_precision), nonfinite_names[g_nonfinite], dev_ms, cold, warm, tmed, tmin, imed, imin,
            kernels(s), kernels(si), peak, sum);
     fflush(stdout);
     mn_session_destroy(s);
@@ -302,9 +310,19 @@ int main(int argc, char **argv) {
                 return 2;
             }
             g_nonfinite = (mn_nonfinite)k;
+        } else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "strict")) g_precision = MN_PRECISION_STRICT;
+            else if (!strcmp(v, "bf16")) g_precision = MN_PRECISION_FAST_BF16;
+            else if (!strcmp(v, "f16")) g_precision = MN_PRECISION_FAST_F16;
+            else {
+                fprintf(stderr, "bench: --precision must be strict, bf16 or f16\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... "
-                    "[--only NAME] [--nonfinite skip|apply|unchecked] [--models] [--list]\n", argv[0]);
+                    "[--only NAME] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16] [--models] [--list]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -322,7 +340,7 @@ int main(int argc, char **argv) {
         if (!models || only)
             for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
                 if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
-        bench_models_run(only, models, be, warmup, runs, g_nonfinite);
+        bench_models_run(only, models, be, warmup, runs, g_nonfinite, g_precision);
     }
     return 0;
 }

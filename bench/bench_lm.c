@@ -11,7 +11,8 @@
  *                            [--runs R] [--backend cpu|vulkan] [--precision strict|bf16|f16]
  *
  * --precision: mn_session_options.precision (the fast contract on matrix
- * products; default strict); the train line reports it.
+ * products; default strict; f16 training scales the loss from 65536 as
+ * torch.amp.GradScaler does); the train line reports it.
  *
  * Does not: load real text (tokens are uniform random ids) or check
  * correctness (the gates are tests/test_llama_hf.c with the fixtures of
@@ -65,6 +66,8 @@ static mn_session *make_session(const mn_graph *g, mn_backend_kind be, mn_mode m
     o.backend = be;
     o.precision = g_precision;
     o.mode = mode;
+    /* f16 training scales the loss, as torch.amp.GradScaler(init_scale=65536) */
+    if (mode == MN_MODE_TRAINING && g_precision == MN_PRECISION_FAST_F16) o.loss_scale.init = 65536.0f;
     if (opt) o.optim = *opt;
     mn_session *s = NULL;
     const double t0 = now_s();

@@ -156,12 +156,14 @@ static void unbuild(built *b) {
 }
 
 static mn_session *open_session(const built *b, const mworkload *w, mn_backend_kind be, mn_device *dev, bool train,
-                                mn_nonfinite nf, double *ms) {
+                                mn_nonfinite nf, mn_precision prec, double *ms) {
     mn_session_options o = mn_session_default_options();
     o.backend = be;
     o.device = dev;
     o.mode = train ? MN_MODE_TRAINING : MN_MODE_INFERENCE;
     o.nonfinite = nf;
+    o.precision = prec;
+    if (train && prec == MN_PRECISION_FAST_F16) o.loss_scale.init = 65536.0f; /* like torch.amp.GradScaler */
     if (w->kind == W_RESNET) {
         o.optim = mn_optimizer_default(MN_OPTIM_SGD);
         o.optim.lr = 1e-3f;
@@ -194,7 +196,7 @@ static void time_it(mn_session *s, const built *b, bool train, int warmup, int r
     free(t);
 }
 
-static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf) {
+static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf, mn_precision prec) {
     double t0 = now_ms();
     mn_device *dev = NULL;
     if (mn_device_open(&dev, be)) die("device", mn_device_error(dev));
@@ -203,25 +205,25 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     if (!bench_cache_enter(&cache)) die("mkdtemp", "failed");
     built tr = build(w, true), inf = build(w, false);
     double cold, warm, ibuild, tmed, tmin, imed, imin;
-    mn_session *s = open_session(&tr, w, be, dev, true, nf, &cold);
+    mn_session *s = open_session(&tr, w, be, dev, true, nf, prec, &cold);
     mn_kernel_stats ks = {0};
     mn_session_kernel_stats(s, &ks); /* the cold build: every distinct kernel compiled */
     mn_session_destroy(s);
-    s = open_session(&tr, w, be, dev, true, nf, &warm);
+    s = open_session(&tr, w, be, dev, true, nf, prec, &warm);
     time_it(s, &tr, true, warmup, runs, &tmed, &tmin);
     size_t tpeak = 0, tsum = 0, ipeak = 0, isum = 0;
     mn_session_memory(s, &tpeak, &tsum);
     mn_session_destroy(s);
-    mn_session *si = open_session(&inf, w, be, dev, false, nf, &ibuild);
+    mn_session *si = open_session(&inf, w, be, dev, false, nf, prec, &ibuild);
     time_it(si, &inf, false, warmup, runs, &imed, &imin);
     mn_session_memory(si, &ipeak, &isum);
     mn_session_destroy(si);
     static const char *const nfn[] = {"skip", "apply", "unchecked"};
-    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"nonfinite\":\"%s\",\"params\":%lld,\"device_open_ms\":%.2f,"
+    printf("{\"workload\":\"%s\",\"backend\":\"%s\",\"precision\":\"%s\",\"nonfinite\":\"%s\",\"params\":%lld,\"device_open_ms\":%.2f,"
            "\"build_cold_ms\":%.2f,\"build_warm_ms\":%.2f,\"build_infer_ms\":%.2f,\"train_ms_median\":%.4f,"
            "\"train_ms_min\":%.4f,\"infer_ms_median\":%.4f,\"infer_ms_min\":%.4f,\"train_peak_bytes\":%zu,"
            "\"infer_peak_bytes\":%zu,\"train_kernels\":%d}\n",
-           w->name, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", nfn[nf], (long long)mn_model_numel(tr.m), dev_ms, cold,
+           w->name, be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", mn_precision_name(prec), nfn[nf], (long long)mn_model_numel(tr.m), dev_ms, cold,
            warm, ibuild, tmed, tmin, imed, imin, tpeak, ipeak, ks.compiled + ks.cached + ks.bundled);
     fflush(stdout);
     unbuild(&tr);
@@ -230,11 +232,12 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     bench_cache_leave(&cache);
 }
 
-int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf) {
+int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf,
+                     mn_precision prec) {
     int n = 0;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         if (only ? strstr(models[i].name, only) != NULL : all) {
-            bench_one(&models[i], be, warmup, runs, nf);
+            bench_one(&models[i], be, warmup, runs, nf, prec);
             n++;
         }
     return n;

@@ -12,7 +12,9 @@
  * included, with the program that times them or why none does). */
 void bench_models_list(FILE *f);
 /* Runs the model workloads whose name contains only (every one when all is
- * true and only is NULL); returns how many ran. */
-int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf);
+ * true and only is NULL) with matrix products in prec (the fast contract:
+ * f16 adds dynamic loss scaling to training); returns how many ran. */
+int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf,
+                     mn_precision prec);
 
 #endif

@@ -2,10 +2,13 @@
 """lm_torch.py - PyTorch / transformers side of the language-model benchmark
 (bench/run_lm_gpu.sh runs it beside bench/bench_lm.c on the same GPU).
 
-  train  --config FILE --batch B --seq T [--steps N]
+  train  --config FILE --batch B --seq T [--steps N] [--attn eager|sdpa] [--autocast off|bf16|f16]
          f32 eager training step (TF32 off, AdamW lr 1e-4, wd 0.01) of the
          architecture of FILE with random weights: median ms and
-         torch.cuda.max_memory_allocated (the peak ours is compared with)
+         torch.cuda.max_memory_allocated (the peak ours is compared with);
+         --autocast: the step under torch.autocast of that dtype (f32 master
+         weights; f16 with GradScaler(init_scale=65536)), the reference of
+         the fast contract (bench_lm --precision)
   infer  --model DIR --prefill N --decode M [--forward F] [--compile]
          f32, batch 1: prefill = one forward pass over N tokens (median ms),
          forward = the same over the first F tokens; decode = model.generate
@@ -58,13 +61,23 @@ def train(a):
     x = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device="cuda")
     torch.cuda.reset_peak_memory_stats()
 
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.autocast)
+    scaler = torch.amp.GradScaler("cuda", init_scale=65536.0) if a.autocast == "f16" else None
+
     def step():
         opt.zero_grad(set_to_none=True)
-        m(x, labels=x).loss.backward()
-        opt.step()
+        with torch.autocast("cuda", dtype=dt or torch.float32, enabled=dt is not None):
+            loss = m(x, labels=x).loss
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
 
     ms = timed(step, 3, a.steps)
-    print(json.dumps(dict(bench="torch_lm_train", config=a.config, attn=a.attn, batch=a.batch, seq=a.seq,
+    print(json.dumps(dict(bench="torch_lm_train", config=a.config, attn=a.attn, autocast=a.autocast, batch=a.batch, seq=a.seq,
                           params=sum(p.numel() for p in m.parameters()), step_ms=round(ms, 3),
                           peak_bytes=torch.cuda.max_memory_allocated())), flush=True)
 
@@ -153,6 +166,7 @@ def main():
     t.add_argument("--seq", type=int, default=128)
     t.add_argument("--steps", type=int, default=10)
     t.add_argument("--attn", default="eager", choices=["eager", "sdpa"])
+    t.add_argument("--autocast", default="off", choices=["off", "bf16", "f16"])
     i = sub.add_parser("infer")
     i.add_argument("--model", required=True)
     i.add_argument("--prefill", type=int, default=512)
