@@ -189,6 +189,119 @@ static void test_glsl_bits(void) {
     free(x);
 }
 
+/* ---- the operand casts (session.c round_by_cast) --------------------------
+
+ * C = A @ I with A [4096, 64]: large enough for the cooperative-matrix GEMM
+ * where the device has it (then its operands are cast nodes and it
+ * converts them by the device's conversion), so C's bits show that the
+ * rounding is the reference's: every exponent, half the entries on a tie.
+ * MEGANEURA_FAST_CAST=1 (the second ctest entry) casts on every device: on
+ * lavapipe the schedule then runs each cast right before its product, a
+ * parameter's cast before the parameter's update, and a trained step gives
+ * the bits of the uncast session. */
+static void test_cast_operands(void) {
+    enum { M = 4096, K = 64 };
+    const char *fc = getenv("MEGANEURA_FAST_CAST");
+    const bool forced = fc && !strcmp(fc, "1");
+    float *a = malloc(sizeof(float) * M * K), *id = calloc(K * K, sizeof(float)), *c = malloc(sizeof(float) * M * K);
+    for (int k = 0; k < K; k++) id[k * K + k] = 1.0f;
+    for (int p = 1; p <= 2; p++) {
+        const mn_round16 rnd = (mn_round16)p;
+        uint64_t s = 5;
+        for (int i = 0; i < M * K; i++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            uint32_t u = (uint32_t)s;
+            const uint32_t e = rnd == MN_ROUND_F16 ? 103 + (u >> 24) % 39 : 1 + (u >> 24) % 253;
+            u = (u & 0x807fffffu) | (e << 23);
+            if (i % 2) u = rnd == MN_ROUND_BF16 ? (u & 0xffff0000u) | 0x8000u : (u & 0xffffe000u) | 0x1000u;
+            a[i] = bits(u);
+        }
+        for (int be = 0; be < 2; be++) {
+            if (be && !vk) continue;
+            mn_graph *g;
+            mn_graph_create(&g);
+            mn_tensor ta, tb, tc;
+            CHECK_OK(mn_graph_input(g, &ta, "a", MN_F32, 2, (int64_t[]){M, K}), "");
+            CHECK_OK(mn_graph_input(g, &tb, "b", MN_F32, 2, (int64_t[]){K, K}), "");
+            CHECK_OK(mn_matmul(g, &tc, ta, tb), "");
+            CHECK_OK(mn_graph_output(g, tc, "c"), "");
+            mn_session *sv = open_s(g, be ? MN_BACKEND_VULKAN : MN_BACKEND_CPU, (mn_precision)p, false);
+            if (sv) {
+                CHECK_OK(mn_session_set_input(sv, "a", a, sizeof(float) * M * K), "");
+                CHECK_OK(mn_session_set_input(sv, "b", id, sizeof(float) * K * K), "");
+                CHECK_OK(mn_session_run(sv), mn_session_error(sv));
+                CHECK_OK(mn_session_output(sv, "c", c, sizeof(float) * M * K), "");
+                int bad = 0;
+                for (int i = 0; i < M * K; i++) bad += !same(c[i], mn_round16_f(a[i], rnd));
+                CHECK_MSG(bad == 0, "%s %s: C = round(A) @ I differs from the reference's rounding at %d of %d",
+                          be ? "vulkan" : "cpu", p == 1 ? "bf16" : "f16", bad, M * K);
+                char *buf = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&buf, &len);
+                CHECK_OK(mn_session_dump(sv, "schedule", f), "");
+                fclose(f);
+                const char *cast = buf ? strstr(buf, "cast") : NULL, *mm = buf ? strstr(buf, "matmul") : NULL;
+                if (forced && be) /* both operands cast, before the product */
+                    CHECK_MSG(cast && mm && cast < mm && strstr(cast + 4, "cast") < mm,
+                              "MEGANEURA_FAST_CAST=1: no casts before the product:\n%s", buf ? buf : "");
+                if (!be) CHECK_MSG(!cast, "the CPU reference casts operands:\n%s", buf ? buf : "");
+                free(buf);
+            }
+            mn_session_destroy(sv);
+            mn_graph_destroy(g);
+        }
+    }
+    free(a), free(id), free(c);
+    if (!forced || !vk) return;
+    /* a training step with and without the casts: the same bits */
+    float loss_of[2] = {0, 0}, *wv[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    const size_t nw[2] = {48 * 96, 96 * 40};
+    for (int run = 0; run < 2; run++) {
+        setenv("MEGANEURA_FAST_CAST", run ? "1" : "0", 1);
+        mn_graph *g;
+        mn_graph_create(&g);
+        mn_tensor x, w1, w2, h, y, t, loss;
+        mn_init un = {MN_INIT_UNIFORM, -0.5f, 0.5f};
+        CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){64, 48}), "");
+        CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 2, (int64_t[]){64, 40}), "");
+        CHECK_OK(mn_graph_param(g, &w1, "w1", 2, (int64_t[]){48, 96}, un), "");
+        CHECK_OK(mn_graph_param(g, &w2, "w2", 2, (int64_t[]){96, 40}, un), "");
+        CHECK_OK(mn_matmul(g, &h, x, w1), "");
+        CHECK_OK(mn_tanh(g, &h, h), "");
+        CHECK_OK(mn_matmul(g, &y, h, w2), "");
+        CHECK_OK(mn_mse(g, &loss, y, t), "");
+        CHECK_OK(mn_graph_loss(g, loss), "");
+        mn_session_options o = mn_session_default_options();
+        o.backend = MN_BACKEND_VULKAN, o.device = vk, o.mode = MN_MODE_TRAINING, o.seed = 11;
+        o.precision = MN_PRECISION_FAST_BF16;
+        o.optim = mn_optimizer_default(MN_OPTIM_SGD);
+        mn_session *s = NULL;
+        CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
+        float *xv = rnd_vec(64 * 48, 3, 1.0f), *tv = rnd_vec(64 * 40, 4, 1.0f);
+        wv[run][0] = calloc(nw[0], sizeof(float)), wv[run][1] = calloc(nw[1], sizeof(float));
+        if (s) {
+            CHECK_OK(mn_session_set_input(s, "x", xv, sizeof(float) * 64 * 48), "");
+            CHECK_OK(mn_session_set_input(s, "t", tv, sizeof(float) * 64 * 40), "");
+            for (int step = 0; step < 3; step++) CHECK_OK(mn_session_step(s), mn_session_error(s));
+            CHECK_OK(mn_session_loss(s, &loss_of[run]), "");
+            CHECK_OK(mn_session_get_param(s, "w1", wv[run][0], nw[0]), "");
+            CHECK_OK(mn_session_get_param(s, "w2", wv[run][1], nw[1]), "");
+        }
+        free(xv), free(tv);
+        mn_session_destroy(s);
+        mn_graph_destroy(g);
+    }
+    setenv("MEGANEURA_FAST_CAST", "1", 1);
+    CHECK_MSG(same(loss_of[0], loss_of[1]), "three bf16 steps with casts and without: loss %a and %a",
+              (double)loss_of[1], (double)loss_of[0]);
+    for (int j = 0; j < 2; j++) {
+        size_t bad = 0;
+        for (size_t i = 0; i < nw[j]; i++) bad += !same(wv[0][j][i], wv[1][j][i]);
+        CHECK_MSG(bad == 0, "three bf16 steps with casts and without: w%d differs at %zu of %zu", j + 1, bad, nw[j]);
+        free(wv[0][j]), free(wv[1][j]);
+    }
+}
+
 /* ---- a matmul case table --------------------------------------------------- */
 
 typedef struct mm_case {
@@ -638,6 +751,7 @@ int main(void) {
     test_option();
     vk = th_require_vulkan();
     test_glsl_bits();
+    test_cast_operands();
     test_matmul_table();
     test_conv_grads();
     test_models();

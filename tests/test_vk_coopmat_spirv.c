@@ -220,6 +220,29 @@ static void test_layouts(void) {
                                   "64x64x32/32x32/2", "128x128x64/64x32/1", "32x32x16/16x16/2"};
     for (size_t t = 0; t < MN_ARRAY_LEN(tiles); t++) gen_and_check(g, ids[7], MN_ROUND_BF16, "khr", tiles[t], "exact", true);
     gen_and_check(g, ids[1], MN_ROUND_F16, "khr", "64x64x32/32x32/1", "exact", true);
+    /* operands a cast already rounded (session.c round_by_cast): both, or
+     * the left one only; a cast to the other type still rounds */
+    for (int c = 0; c < 3; c++) {
+        mn_tensor a, b, ca, cb, y;
+        char na[16], nb[16];
+        snprintf(na, sizeof na, "ca%d", c), snprintf(nb, sizeof nb, "cb%d", c);
+        CHECK_OK(mn_graph_input(g, &a, na, MN_F32, 2, (int64_t[]){512, 576}), mn_graph_error(g));
+        CHECK_OK(mn_graph_input(g, &b, nb, MN_F32, 2, (int64_t[]){1536, 576}), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &ca, a, c == 2 ? MN_F16 : MN_BF16), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &cb, b, MN_BF16), mn_graph_error(g));
+        CHECK_OK(mn_matmul_ex(g, &y, ca, c == 1 ? b : cb, false, true), mn_graph_error(g));
+        gen_and_check(g, y, MN_ROUND_BF16, "khr", NULL, "exact", true);
+        vk_kernel *k = malloc(sizeof *k);
+        char err[512] = "";
+        setenv("MEGANEURA_COOPMAT", "khr", 1);
+        CHECK_OK(vk_codegen_node(k, g, y, NULL, &h200, err, sizeof err), err);
+        unsetenv("MEGANEURA_COOPMAT");
+        const char *want_a = c == 2 ? "#define CM_EXACT_A 1" : "#define CM_EXACT_A 0";
+        const char *want_b = c == 1 ? "#define CM_EXACT_B 1" : "#define CM_EXACT_B 0";
+        CHECK_MSG(strstr(k->defines, want_a) && strstr(k->defines, want_b), "cast operands case %d: want %s, %s in\n%s",
+                  c, want_a, want_b, k->defines);
+        free(k);
+    }
     /* a small product stays on the FMA kernel */
     int32_t small = add_matmul(g, 2, 2, 1, 8, 8, 8, false, false);
     gen_and_check(g, small, MN_ROUND_BF16, "auto", NULL, "exact", false);

@@ -99,6 +99,11 @@ typedef struct backend_vtable {
      * device_open), known before the memory plan is built: the session plans
      * in chunks of this size (memplan_options.chunk_bytes). NULL: no limit. */
     uint64_t (*max_binding)(void *dev);
+    /* Optional: whether dev multiplies the fast contract's operands of this
+     * rounding (mn_round16) on cooperative matrices, where operands already
+     * rounded by cast nodes save the GEMM's own per-element rounding: the
+     * session then casts them (session.c, round_by_cast). NULL: never. */
+    bool (*casts_operands)(void *dev, int rounding);
     /* Optional (Vulkan, include/meganeura_vulkan.h): a device over a host's
      * handles (desc: const mn_vulkan_device_desc *), closed by device_close;
      * storage root `node` bound to a host buffer (const mn_vulkan_buffer *);

@@ -509,6 +509,7 @@ mn_status graph_clone(mn_graph **out, const mn_graph *src) {
     g->loss = src->loss;
     g->tag = src->tag;
     g->raw_ids = src->raw_ids;
+    g->sched_pre = src->sched_pre;
     g->cap = src->n + 64;
     g->nodes = calloc((size_t)g->cap, sizeof *g->nodes);
     if (!g->nodes) goto nomem;

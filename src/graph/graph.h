@@ -79,6 +79,10 @@ struct mn_graph {
     int32_t loss;    /* node index, MN_NONE if unset */
     uint8_t tag;     /* 1..255: the high bits of this graph's handles */
     bool raw_ids;    /* handles are plain node indices (library stages) */
+    /* 0, or the first of the nodes a session appended after the rest (the
+     * fast contract's operand casts): the schedule runs each of them right
+     * before its first consumer, not in creation order (schedule.h) */
+    int32_t sched_pre;
     int32_t *names;  /* hash index of named nodes: node index or -1 (open addressing) */
     uint32_t names_cap, names_used;
     char err[512];

@@ -4,7 +4,11 @@
  * every optimizer update follows every read of the parameter it writes, since
  * the optimizer stage creates its nodes last). The forward-only subset used
  * by run() is a subsequence of the same order, so one memory plan serves
- * both. Later: kernel archetypes and specialisations for code generation.
+ * both. Nodes a session appends after the rest (g->sched_pre: the fast
+ * contract's operand casts, session.c) run right before their first
+ * consumer instead, so the order stays topological and a cast of a
+ * parameter still precedes the parameter's update. Later: kernel archetypes
+ * and specialisations for code generation.
  *
  * Does not: decide what is live (passes/), place memory (memplan/).
  */

@@ -12,6 +12,7 @@
  * does.
  */
 #include "session/session.h"
+#include "passes/passes.h"
 
 static int cmp_i32(const void *a, const void *b) {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -62,14 +63,7 @@ static mn_status subset_for(mn_session *s, const int32_t *outs, int n, session_s
     }
     memcpy(ss.outs, outs, (size_t)n * sizeof *outs);
     ss.nouts = n;
-    for (int i = 0; i < n; i++) need[outs[i]] = 1;
-    /* nodes are in a topological order (inputs before users): one backward sweep */
-    for (int32_t id = g->n - 1; id >= 0; id--) {
-        if (!need[id]) continue;
-        const node *nd = &g->nodes[id];
-        for (int k = 0; k < nd->nin; k++)
-            if (nd->in[k] >= 0) need[nd->in[k]] = 1;
-    }
+    passes_mark_live(g, outs, n, need); /* what the outputs depend on */
     for (int32_t i = 0; i < s->sched.nfwd; i++)
         if (need[s->sched.fwd[i]]) ss.list[ss.n++] = s->sched.fwd[i];
     ss.has_loss = g->loss != MN_NONE && need[g->loss];

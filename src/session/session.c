@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "autodiff/autodiff.h"
+#include "graph/attrs.h"
 #include "graph/pointwise.h"
 #include "io/safetensors.h"
 #include "optim/optim.h"
@@ -80,6 +81,72 @@ static void mark_precision(mn_graph *g, mn_precision p) {
     const uint32_t f = p == MN_PRECISION_FAST_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
     for (int32_t i = 0; i < g->n; i++)
         if (op_fuse_class(g->nodes[i].op) == FUSE_MATMUL) g->nodes[i].flags |= f;
+}
+
+/* Whether the product n is one a cooperative-matrix GEMM takes: at least
+ * one 16 x 16 fragment each way and 2^18 multiply-adds (vk_gen_coopmat.c's
+ * floor); every convolution. */
+static bool cast_sized(const mn_graph *g, const node *n) {
+    if (n->op != OP_MATMUL) return true;
+    const node *a = &g->nodes[n->in[0]];
+    const mn_matmul_attrs at = matmul_attrs_of(n);
+    const int64_t M = n->rank >= 2 ? n->shape[n->rank - 2] : 1, N = n->shape[n->rank - 1];
+    const int64_t K = a->rank >= 2 ? a->shape[at.trans_a ? a->rank - 2 : a->rank - 1] : a->shape[0];
+    return M >= 16 && N >= 16 && M * N * K >= ((int64_t)1 << 18);
+}
+
+/* The fast contract's operands rounded once, by cast nodes, where the
+ * device multiplies them on cooperative matrices (backend casts_operands)
+ * or MEGANEURA_FAST_CAST=1 asks for it on any device of such a backend
+ * (0: never; the CPU reference never casts): each operand of a
+ * large product (both, never a bias) becomes cast(x, bf16 / f16), one
+ * cast per tensor shared by all its products, so that the GEMM converts
+ * exactly representable values (no per-element rounding in its loads,
+ * which costs as much as the products on tensor cores) and each element is
+ * rounded once instead of once per tile that reads it. The casts are
+ * appended (g->sched_pre): the schedule runs each right before its first
+ * consumer. The values are those the products rounded themselves (rounding
+ * is idempotent): the CPU reference still rounds, to the same bits. */
+static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p) {
+    if (p == MN_PRECISION_STRICT) return MN_OK;
+    const mn_round16 rnd = p == MN_PRECISION_FAST_BF16 ? MN_ROUND_BF16 : MN_ROUND_F16;
+    const char *e = getenv("MEGANEURA_FAST_CAST");
+    bool on;
+    if (e && *e && strcmp(e, "auto")) {
+        if (strcmp(e, "0") && strcmp(e, "1"))
+            return fail(s, MN_E_INVALID, "session: MEGANEURA_FAST_CAST='%s': want auto, 0 or 1", e);
+        on = e[0] == '1' && s->be->casts_operands; /* never the CPU reference */
+    } else {
+        on = s->device && s->device->impl && s->be->casts_operands && s->be->casts_operands(s->device->impl, (int)rnd);
+    }
+    if (!on) return MN_OK;
+    const int32_t n0 = g->n;
+    int32_t *cast_of = malloc((size_t)n0 * sizeof *cast_of);
+    if (!cast_of) return fail(s, MN_E_NOMEM, "session: out of memory");
+    for (int32_t i = 0; i < n0; i++) cast_of[i] = MN_NONE;
+    const mn_dtype dt = rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16;
+    const bool raw = g->raw_ids;
+    g->raw_ids = true; /* library stage: handles are node indices */
+    mn_status st = MN_OK;
+    for (int32_t i = 0; i < n0 && !st; i++) {
+        if (op_fuse_class(g->nodes[i].op) != FUSE_MATMUL || !cast_sized(g, &g->nodes[i])) continue;
+        for (int j = 0; j < 2 && !st; j++) {
+            const int32_t x = g->nodes[i].in[j];
+            const node *xn = &g->nodes[x];
+            if ((xn->op == OP_CAST && xn->dtype == dt) || xn->dtype == MN_I32) continue;
+            if (cast_of[x] == MN_NONE) {
+                mn_tensor c;
+                if ((st = mn_cast(g, &c, x, dt))) break;
+                cast_of[x] = c;
+            }
+            g->nodes[i].in[j] = cast_of[x]; /* g->nodes may have moved: index again */
+        }
+    }
+    g->raw_ids = raw;
+    free(cast_of);
+    if (st) return fail(s, st, "session: %s", g->err);
+    if (g->n > n0) g->sched_pre = n0;
+    return MN_OK;
 }
 
 const char *mn_session_error(const mn_session *s) { return s ? s->err : "no session (out of memory?)"; }
@@ -282,6 +349,16 @@ static mn_status build(mn_session *s, const mn_graph *user) {
         if (!s->iopt.grads_only) session_dist_mark(s);
     }
     mark_precision(g, o->precision);
+    /* the device first (the session's own when none is shared): whether it
+     * multiplies on cooperative matrices decides the operand casts; its
+     * limit on one binding is the memory plan's chunk size and bounds the
+     * multi-tensor kernels' regions */
+    const bool plan_only = s->iopt.plan_only;
+    PHASE(0);
+    if (!plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
+        return fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
+    PHASE(2);
+    if ((st = round_by_cast(s, g, o->precision))) return st;
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
     const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;
@@ -326,13 +403,6 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     PHASE(0);
     st = schedule_build(&s->sched, g, live, fwd);
     PHASE(1);
-    /* the device first (the session's own when none is shared): its limit
-     * on one binding is the memory plan's chunk size and bounds the
-     * multi-tensor kernels' regions */
-    const bool plan_only = s->iopt.plan_only;
-    if (!st && !plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
-        fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
-    PHASE(2);
     const uint64_t chunk = st ? 0 : plan_only ? s->iopt.plan_chunk
                            : s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl) : 0;
     if (!st) {

@@ -887,6 +887,10 @@ static mn_status vk_device_wrap(void **out, const void *desc, char *err, size_t 
 
 static uint64_t vk_device_max_binding(void *dev) { return ((const vk_ctx *)dev)->caps.max_binding; }
 
+static bool vk_device_casts_operands(void *dev, int rounding) {
+    return vk_coopmat_available(&((const vk_ctx *)dev)->caps, (mn_round16)rounding);
+}
+
 static void vk_device_close(void *dev) {
     vk_ctx *c = dev;
     if (!c) return;
@@ -912,6 +916,7 @@ const backend_vtable backend_vulkan = {
     .bind_external = vkb_bind_external,
     .execute_sync = vkb_execute_sync,
     .max_binding = vk_device_max_binding,
+    .casts_operands = vk_device_casts_operands,
     .export_kernels = vkb_export_kernels,
     .kernel_stats = vkb_kernel_stats,
 };

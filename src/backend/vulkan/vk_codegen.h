@@ -309,6 +309,9 @@ typedef struct vk_gemm_shape {
 /* The fast contract's GEMM on cooperative matrices (vk_gen_coopmat.c):
  * *used says whether it generated n (operands rounded, the device has the
  * fragments, the problem large enough); if not, matmul.glsl runs it. */
+/* Whether this device and MEGANEURA_COOPMAT give products of rounding rnd
+ * cooperative matrices (at sizes the generator takes them). */
+bool vk_coopmat_available(const vk_caps *caps, mn_round16 rnd);
 mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
                               const vk_gemm_shape *s, char *err, size_t cap);
 /* SPIR-V passes a kernel asks for by defining MN_SPIRV_PASS (vk_compile

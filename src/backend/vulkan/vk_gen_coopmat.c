@@ -19,9 +19,13 @@
  *     matmul: workgroup BM x BN, K slice BK, subgroup block WM x WN
  *     (multiples of 16; BK a multiple of 16), S shared stages (1 or 2).
  *     Unset: the table below by problem size.
- *   MEGANEURA_COOPMAT_ROUND=exact|hw  exact (default): each element is
- *     rounded by integer arithmetic (the CPU reference's rule) before the
- *     conversion to 16 bits; hw: the device's conversion rounds.
+ *   MEGANEURA_COOPMAT_ROUND=exact|hw  for an operand that is not already
+ *     a cast to the product's type (the session casts them where the device
+ *     has cooperative matrices: session.c round_by_cast, MEGANEURA_FAST_CAST):
+ *     exact (default): each element is rounded by integer arithmetic (the
+ *     CPU reference's rule) before the conversion to 16 bits; hw: the
+ *     device's conversion rounds. A cast operand is converted by the
+ *     device, exactly (its values are representable).
  *
  * Does not: compile; decide between the implicit GEMM and the direct
  * convolution kernels (vk_gen_linalg.c: always the GEMM when rounding).
@@ -35,16 +39,19 @@ typedef struct cm_cfg {
 } cm_cfg;
 
 /* In order of preference, each with the fewest workgroups it needs (an
- * H200 has 132 SMs). Untuned: the first probe (device/README.md) measured
+ * H200 has 132 SMs). The first probe (device/README.md) measured
  * 128x256x32 with 64x64 subgroup blocks in one stage at 171-189 TFLOP/s
- * (f16, n = 4096-8192) and 128x128x32 in two stages at 124-132;
- * bench_gemm sweeps others (MEGANEURA_COOPMAT_TILE). */
+ * (f16, n = 4096-8192); run AD (docs/PERF.md) measured 128x128x32 with
+ * 64x64 blocks in two stages at 21-29 (register spills: 16 accumulator
+ * fragments and 16 staged vec4 an invocation) and 32x64 blocks at 115-123,
+ * so the mid-size entry is the latter; bench_gemm sweeps others
+ * (MEGANEURA_COOPMAT_TILE). */
 static const struct {
     cm_cfg cfg;
     uint64_t min_tiles;
 } cm_cfgs[] = {
     {{128, 256, 32, 64, 64, 1}, 264},
-    {{128, 128, 32, 64, 64, 2}, 132},
+    {{128, 128, 32, 32, 64, 2}, 132},
     {{64, 128, 32, 32, 64, 2}, 132},
     {{64, 64, 32, 32, 32, 2}, 0},
 };
@@ -99,26 +106,46 @@ static mn_status env_fail(const mn_graph *g, const node *n, const char *var, con
     return MN_E_INVALID;
 }
 
-/* The form this device and MEGANEURA_COOPMAT give the rounding, or NONE. */
-static mn_status cm_form_of(cm_form *out, const mn_graph *g, const node *n, const vk_caps *caps, mn_round16 rnd,
-                            char *err, size_t cap) {
-    const char *e = getenv("MEGANEURA_COOPMAT");
+/* The form this device and MEGANEURA_COOPMAT (e: NULL or its value) give
+ * the rounding; false for a value it does not know. */
+static bool cm_form_env(cm_form *out, const char *e, const vk_caps *caps, mn_round16 rnd) {
     bool khr = true, nv = true;
+    *out = CM_FORM_NONE;
     if (e && *e) {
         if (!strcmp(e, "0") || !strcmp(e, "off")) khr = nv = false;
         else if (!strcmp(e, "khr")) nv = false;
         else if (!strcmp(e, "nv")) khr = false;
-        else if (strcmp(e, "auto") && strcmp(e, "1"))
-            return env_fail(g, n, "MEGANEURA_COOPMAT", e, "auto, khr, nv or 0", err, cap);
+        else if (strcmp(e, "auto") && strcmp(e, "1")) return false;
     }
-    *out = CM_FORM_NONE;
     if (rnd == MN_ROUND_BF16 && khr && caps->coopmat_bf16) *out = CM_FORM_KHR;
     if (rnd == MN_ROUND_F16 && khr && caps->coopmat_f16) *out = CM_FORM_KHR;
     else if (rnd == MN_ROUND_F16 && nv && caps->coopmat_nv_f16) *out = CM_FORM_NV;
     /* the kernel spreads a 16 x 16 fragment's 256 elements over a subgroup */
     if (caps->subgroup_size < 8 || caps->subgroup_size > 256 || (caps->subgroup_size & (caps->subgroup_size - 1)))
         *out = CM_FORM_NONE;
+    return true;
+}
+
+bool vk_coopmat_available(const vk_caps *caps, mn_round16 rnd) {
+    cm_form f;
+    return rnd != MN_ROUND_NONE && cm_form_env(&f, getenv("MEGANEURA_COOPMAT"), caps, rnd) && f != CM_FORM_NONE;
+}
+
+/* The form this device and MEGANEURA_COOPMAT give the rounding, or NONE. */
+static mn_status cm_form_of(cm_form *out, const mn_graph *g, const node *n, const vk_caps *caps, mn_round16 rnd,
+                            char *err, size_t cap) {
+    const char *e = getenv("MEGANEURA_COOPMAT");
+    if (!cm_form_env(out, e, caps, rnd)) return env_fail(g, n, "MEGANEURA_COOPMAT", e, "auto, khr, nv or 0", err, cap);
     return MN_OK;
+}
+
+/* Whether input j of n is already rounded as the product rounds it: a
+ * cast to that dtype (the session's round_by_cast), so that any conversion
+ * to 16 bits is exact on it. */
+static bool cm_pre_rounded(const mn_graph *g, const node *n, int j, mn_round16 rnd) {
+    if (j >= n->nin || n->in[j] < 0) return false;
+    const node *a = &g->nodes[n->in[j]];
+    return a->op == OP_CAST && a->dtype == (rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16);
 }
 
 static cm_cfg cm_pick(const vk_caps *caps, int64_t M, int64_t N, int64_t batch, bool *found) {
@@ -201,7 +228,10 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
     vk_def(k, "CM_STAGES", "%u", c.stages);
     vk_def(k, "CM_SG", "%uu", caps->subgroup_size);
     vk_def(k, "CM_BF16", "%d", rnd == MN_ROUND_BF16);
-    vk_def(k, "CM_EXACT", "%d", exact);
+    /* A is input 0 but for the weight gradient (map 3: A = dy, input 1) */
+    const int ja = s->map == 3 ? 1 : 0, jb = s->map == 3 ? 0 : 1;
+    vk_def(k, "CM_EXACT_A", "%d", exact && !cm_pre_rounded(g, n, ja, rnd));
+    vk_def(k, "CM_EXACT_B", "%d", exact && !cm_pre_rounded(g, n, jb, rnd));
     vk_def(k, "CM_A_KFAST", "%d", a_kfast);
     vk_def(k, "CM_B_NFAST", "%d", b_nfast);
     vk_def(k, "CM_VA", "%d", va);

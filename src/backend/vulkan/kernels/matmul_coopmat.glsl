@@ -28,11 +28,15 @@
 // by 8 elements (16 bytes) against bank conflicts; every fragment pointer
 // and stride is a multiple of 16 bytes (VK_KHR_cooperative_matrix's rule).
 //
-// Rounding: CM_EXACT rounds each element with mathlib's integer functions
-// (round to nearest even, exactly the CPU reference's) before the
-// conversion; without it the device's f32 -> 16-bit conversion rounds
-// (round to nearest even on the devices measured: bench/bench_gemm.c checks
-// it bit for bit).
+// Rounding, per operand: CM_EXACT_A / CM_EXACT_B round each element with
+// mathlib's integer functions (round to nearest even, exactly the CPU
+// reference's) before the conversion, about ten integer operations an
+// element, as costly as the products on tensor cores. Without it the
+// device's f32 -> 16-bit conversion alone: exact for an operand the session
+// already rounded by a cast node (every value representable), the device's
+// own rounding otherwise (MEGANEURA_COOPMAT_ROUND=hw; bench/bench_gemm.c
+// --round-check shows whether it is round to nearest even: f16 is on the
+// H200, bf16 is not).
 //
 // Epilogue: CM_DIRECT stores the accumulators straight into Y (row-major C,
 // full tiles, no fused group, unpaged); otherwise each subgroup stores one
@@ -187,19 +191,22 @@ uint cm_c_index(uint z, uint m, uint n) { return (z * CV_OG + m) * (CV_CG * CV_K
 #endif
 
 // ---- staging: four f32 -> four 16-bit values in a uvec2 ------------------
-uvec2 cm_pack(vec4 v) {
-#if CM_BF16 && CM_EXACT
-    // bf16 by integer rounding: the high halves of the rounded f32 bits
-    uvec4 b = uvec4(floatBitsToUint(mn_round_bf16(v.x)), floatBitsToUint(mn_round_bf16(v.y)),
-                    floatBitsToUint(mn_round_bf16(v.z)), floatBitsToUint(mn_round_bf16(v.w)));
-    return uvec2((b.x >> 16) | (b.y & 0xffff0000u), (b.z >> 16) | (b.w & 0xffff0000u));
+// exact (a constant: CM_EXACT_A / CM_EXACT_B): round by integer arithmetic;
+// otherwise the device's conversion, exact for an operand that a cast
+// already rounded.
+uvec2 cm_pack(vec4 v, const bool exact) {
+#if CM_BF16
+    if (exact) {
+        // bf16 by integer rounding: the high halves of the rounded f32 bits
+        uvec4 b = uvec4(floatBitsToUint(mn_round_bf16(v.x)), floatBitsToUint(mn_round_bf16(v.y)),
+                        floatBitsToUint(mn_round_bf16(v.z)), floatBitsToUint(mn_round_bf16(v.w)));
+        return uvec2((b.x >> 16) | (b.y & 0xffff0000u), (b.z >> 16) | (b.w & 0xffff0000u));
+    }
 #else
-#if CM_EXACT
-    v = vec4(mn_round_f16(v.x), mn_round_f16(v.y), mn_round_f16(v.z), mn_round_f16(v.w));
+    if (exact) v = vec4(mn_round_f16(v.x), mn_round_f16(v.y), mn_round_f16(v.z), mn_round_f16(v.w));
 #endif
     // the 16-bit float type is bf16 after the CM_BF16 rewrite
     return uvec2(packFloat2x16(f16vec2(v.xy)), packFloat2x16(f16vec2(v.zw)));
-#endif
 }
 
 // Unit u of a slice: its row r (the shared row) and column group c (the
@@ -279,8 +286,8 @@ void cm_fetch(uint z, uint m0, uint n0, uint k0, uint lid) {
 
 void cm_stash(uint stage, uint lid) {
     uint a0 = stage * A_LEN, b0 = CM_STAGES * A_LEN + stage * B_LEN;
-    [[unroll]] for (uint i = 0; i < UA; i++) sm[a0 + cm_sa(lid + i * NT)] = cm_pack(ra[i]);
-    [[unroll]] for (uint i = 0; i < UB; i++) sm[b0 + cm_sb(lid + i * NT)] = cm_pack(rb[i]);
+    [[unroll]] for (uint i = 0; i < UA; i++) sm[a0 + cm_sa(lid + i * NT)] = cm_pack(ra[i], CM_EXACT_A != 0);
+    [[unroll]] for (uint i = 0; i < UB; i++) sm[b0 + cm_sb(lid + i * NT)] = cm_pack(rb[i], CM_EXACT_B != 0);
 }
 
 void main() {
