@@ -204,6 +204,48 @@ static void test_glsl_bits(void) {
  * lavapipe the schedule then runs each cast right before its product, a
  * parameter's cast before the parameter's update, and a trained step gives
  * the bits of the uncast session. */
+/* The casts' memory: a deep MLP's saved activations are product operands;
+ * with one cast for the forward's products and another for the backward's,
+ * the copies are transient, so the training peak grows by a few operands
+ * at most, not by a copy of every saved activation (L of them here). */
+static void cast_memory(void) {
+    enum { B = 512, H = 256, L = 8 };
+    size_t peak[2] = {0, 0};
+    for (int run = 0; run < 2; run++) {
+        setenv("MEGANEURA_FAST_CAST", run ? "1" : "0", 1);
+        mn_graph *g;
+        mn_graph_create(&g);
+        mn_tensor h, t, loss;
+        mn_init un = {MN_INIT_UNIFORM, -0.1f, 0.1f};
+        CHECK_OK(mn_graph_input(g, &h, "x", MN_F32, 2, (int64_t[]){B, H}), "");
+        CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 2, (int64_t[]){B, H}), "");
+        for (int l = 0; l < L; l++) {
+            mn_tensor w;
+            char name[16];
+            snprintf(name, sizeof name, "w%d", l);
+            CHECK_OK(mn_graph_param(g, &w, name, 2, (int64_t[]){H, H}, un), "");
+            CHECK_OK(mn_matmul(g, &h, h, w), "");
+            CHECK_OK(mn_tanh(g, &h, h), "");
+        }
+        CHECK_OK(mn_mse(g, &loss, h, t), "");
+        CHECK_OK(mn_graph_loss(g, loss), "");
+        mn_session_options o = mn_session_default_options();
+        o.backend = MN_BACKEND_VULKAN, o.device = vk, o.mode = MN_MODE_TRAINING;
+        o.precision = MN_PRECISION_FAST_BF16;
+        o.optim = mn_optimizer_default(MN_OPTIM_SGD);
+        mn_session *s = NULL;
+        CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
+        if (s) CHECK_OK(mn_session_memory(s, &peak[run], NULL), mn_session_error(s));
+        mn_session_destroy(s);
+        mn_graph_destroy(g);
+    }
+    const size_t op = (size_t)B * H * sizeof(float);
+    printf("cast memory: training peak %zu bytes without casts, %zu with (an operand: %zu)\n", peak[0], peak[1], op);
+    CHECK_MSG(peak[0] > 0 && peak[1] <= peak[0] + 3 * op,
+              "the operand casts raise the training peak from %zu to %zu bytes (an operand is %zu)", peak[0],
+              peak[1], op);
+}
+
 static void test_cast_operands(void) {
     enum { M = 4096, K = 64 };
     const char *fc = getenv("MEGANEURA_FAST_CAST");
@@ -297,6 +339,7 @@ static void test_cast_operands(void) {
         mn_graph_destroy(g);
     }
     setenv("MEGANEURA_FAST_CAST", "1", 1);
+    cast_memory();
     CHECK_MSG(same(loss_of[0], loss_of[1]), "three bf16 steps with casts and without: loss %a and %a",
               (double)loss_of[1], (double)loss_of[0]);
     for (int j = 0; j < 2; j++) {

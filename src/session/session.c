@@ -105,9 +105,15 @@ static bool cast_sized(const mn_graph *g, const node *n) {
  * which costs as much as the products on tensor cores) and each element is
  * rounded once instead of once per tile that reads it. The casts are
  * appended (g->sched_pre): the schedule runs each right before its first
- * consumer. The values are those the products rounded themselves (rounding
- * is idempotent): the CPU reference still rounds, to the same bits. */
-static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p) {
+ * consumer. A tensor read by products of the forward pass (ids below nfwd)
+ * and of the backward pass gets one cast for each, so the forward's copy
+ * dies after the forward's products instead of living, beside the saved
+ * activation it copies, until the backward pass (a second cast reads the
+ * tensor once more; the copies would otherwise add every saved operand
+ * to the peak). The values are those the products rounded themselves
+ * (rounding is idempotent): the CPU reference still rounds, to the same
+ * bits. */
+static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32_t nfwd) {
     if (p == MN_PRECISION_STRICT) return MN_OK;
     const mn_round16 rnd = p == MN_PRECISION_FAST_BF16 ? MN_ROUND_BF16 : MN_ROUND_F16;
     const char *e = getenv("MEGANEURA_FAST_CAST");
@@ -121,9 +127,9 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p) {
     }
     if (!on) return MN_OK;
     const int32_t n0 = g->n;
-    int32_t *cast_of = malloc((size_t)n0 * sizeof *cast_of);
+    int32_t *cast_of = malloc((size_t)n0 * 2 * sizeof *cast_of); /* [tensor][forward, backward] */
     if (!cast_of) return fail(s, MN_E_NOMEM, "session: out of memory");
-    for (int32_t i = 0; i < n0; i++) cast_of[i] = MN_NONE;
+    for (int32_t i = 0; i < n0 * 2; i++) cast_of[i] = MN_NONE;
     const mn_dtype dt = rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16;
     const bool raw = g->raw_ids;
     g->raw_ids = true; /* library stage: handles are node indices */
@@ -134,12 +140,13 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p) {
             const int32_t x = g->nodes[i].in[j];
             const node *xn = &g->nodes[x];
             if ((xn->op == OP_CAST && xn->dtype == dt) || xn->dtype == MN_I32) continue;
-            if (cast_of[x] == MN_NONE) {
+            int32_t *memo = &cast_of[(size_t)x * 2 + (i >= nfwd)];
+            if (*memo == MN_NONE) {
                 mn_tensor c;
                 if ((st = mn_cast(g, &c, x, dt))) break;
-                cast_of[x] = c;
+                *memo = c;
             }
-            g->nodes[i].in[j] = cast_of[x]; /* g->nodes may have moved: index again */
+            g->nodes[i].in[j] = *memo; /* g->nodes may have moved: index again */
         }
     }
     g->raw_ids = raw;
@@ -330,6 +337,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (!training && (st = graph_clone(&s->user, user))) return fail(s, st, "session: out of memory copying the graph");
     mn_graph *g = s->g;
     s->nuser = g->n;
+    int32_t nfwd = g->n; /* the forward pass's nodes: ids below */
     if (!training) graph_dropout_to_identity(g); /* dropout is the identity in inference */
     if (training) {
         if (g->loss == MN_NONE)
@@ -341,6 +349,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
                 return fail(s, st, "%s", g->err);
             g->nodes[s->ls_input].flags |= NODE_F_HOST;
         }
+        nfwd = g->n; /* autodiff's nodes and the optimizer's from here */
         if ((st = autodiff_build(g, g->loss, s->ls_input, &s->grads))) return fail(s, st, "%s", g->err);
         if (!s->iopt.grads_only &&
             (st = optim_build(g, s->grads, s->nuser, &o->optim, o->nonfinite, s->ls_input, &s->gate)))
@@ -358,7 +367,7 @@ static mn_status build(mn_session *s, const mn_graph *user) {
     if (!plan_only && !s->device && s->be->device_open && (st = mn_device_open(&s->device, o->backend)))
         return fail(s, st, "%s", s->device ? s->device->err : "session: out of memory opening the device");
     PHASE(2);
-    if ((st = round_by_cast(s, g, o->precision))) return st;
+    if ((st = round_by_cast(s, g, o->precision, nfwd))) return st;
     /* names and counts that no checkpoint header could hold fail now, not
      * at the first save after hours of training */
     const uint64_t hlimit = s->iopt.header_limit ? s->iopt.header_limit : ST_MAX_HEADER_BYTES;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# fast_cast.sh BIN SRC_DIR - the fast contract's operand casts on a real
+# model (issue 12): the tiny Llama of tests/fixtures/lm trained 30 steps by
+# `meganeura train lm --precision bf16 --backend vulkan` with the casts
+# forced on (MEGANEURA_FAST_CAST=1: lavapipe has no cooperative matrices, so
+# auto leaves them off) and off. The casts must be in the schedule, and the
+# loss of every step, train and eval, must be the same number: rounding a
+# product's operand by a cast node gives the bits the product's own rounding
+# gives.
+set -euo pipefail
+bin=$1 src=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fx="$src/tests/fixtures"
+die() { echo "fast_cast: $*" >&2; exit 1; }
+train() {
+  "$bin" train lm --config "$fx/lm/tiny-smol.json" --tokenizer "$fx/tokenizer/js-smol.json" \
+    --data "$fx/tokenizer_corpus.txt" --seq 32 --batch 4 --lr 3e-3 --steps "$2" --seed 1 --precision bf16 \
+    --backend vulkan --log "$dir/$1.jsonl" >"$dir/$1.out" 2>"$dir/$1.err" || { cat "$dir/$1.err" >&2; die "$1 run failed"; }
+}
+MEGANEURA_FAST_CAST=1 MEGANEURA_DUMP=schedule train dump 1
+n=$(grep -c " cast" "$dir/dump.err" || true)
+[ "$n" -gt 0 ] || die "MEGANEURA_FAST_CAST=1 put no cast in the schedule"
+MEGANEURA_FAST_CAST=0 train off 30
+MEGANEURA_FAST_CAST=1 train on 30
+losses() { grep -o '"\(eval_\)\?loss":[^,}]*' "$dir/$1.jsonl"; }
+[ "$(losses off | wc -l)" -ge 30 ] || die "the run logged $(losses off | wc -l) losses, not 30"
+diff <(losses off) <(losses on) >&2 || die "the losses with casts differ from those without"
+echo "fast_cast: ok ($n casts in the schedule, $(losses on | wc -l) losses equal)"
