@@ -791,6 +791,16 @@ static void test_option(void) {
               buf ? buf : "");
     free(buf);
     mn_session_destroy(s);
+    s = NULL;
+    /* a malformed MEGANEURA_FAST_CAST fails a fast session, naming it */
+    const char *fc = getenv("MEGANEURA_FAST_CAST");
+    char *keep = fc ? strdup(fc) : NULL;
+    setenv("MEGANEURA_FAST_CAST", "yes", 1);
+    CHECK(mn_session_create(&s, g, &o) == MN_E_INVALID && strstr(mn_session_error(s), "MEGANEURA_FAST_CAST='yes'"));
+    mn_session_destroy(s);
+    if (keep) setenv("MEGANEURA_FAST_CAST", keep, 1);
+    else unsetenv("MEGANEURA_FAST_CAST");
+    free(keep);
     mn_graph_destroy(g);
 }
 
