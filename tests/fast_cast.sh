@@ -3,10 +3,13 @@
 # model (issue 12): the tiny Llama of tests/fixtures/lm trained 30 steps by
 # `meganeura train lm --precision bf16 --backend vulkan` with the casts
 # forced on (MEGANEURA_FAST_CAST=1: lavapipe has no cooperative matrices, so
-# auto leaves them off) and off. The casts must be in the schedule, and the
-# loss of every step, train and eval, must be the same number: rounding a
-# product's operand by a cast node gives the bits the product's own rounding
-# gives.
+# auto leaves them off) and off, and forced on with the casts kept in f32
+# containers (MEGANEURA_CAST_STORAGE=f32) instead of packed two 16-bit values
+# a word (the default where the backend packs: Vulkan). The casts must be in
+# the schedule, every one packed, and the loss of every step, train and
+# eval, must be the same number in all three runs: rounding a product's
+# operand by a cast node gives the bits the product's own rounding gives,
+# and packing keeps them.
 set -euo pipefail
 bin=$1 src=$2
 dir=$(mktemp -d)
@@ -21,9 +24,13 @@ train() {
 MEGANEURA_FAST_CAST=1 MEGANEURA_DUMP=schedule train dump 1
 n=$(grep -c " cast" "$dir/dump.err" || true)
 [ "$n" -gt 0 ] || die "MEGANEURA_FAST_CAST=1 put no cast in the schedule"
+p=$(grep " cast" "$dir/dump.err" | grep -c " packed16" || true)
+[ "$p" -eq "$n" ] || die "$p of the $n casts are packed"
 MEGANEURA_FAST_CAST=0 train off 30
 MEGANEURA_FAST_CAST=1 train on 30
+MEGANEURA_FAST_CAST=1 MEGANEURA_CAST_STORAGE=f32 train f32 30
 losses() { grep -o '"\(eval_\)\?loss":[^,}]*' "$dir/$1.jsonl"; }
 [ "$(losses off | wc -l)" -ge 30 ] || die "the run logged $(losses off | wc -l) losses, not 30"
-diff <(losses off) <(losses on) >&2 || die "the losses with casts differ from those without"
-echo "fast_cast: ok ($n casts in the schedule, $(losses on | wc -l) losses equal)"
+diff <(losses off) <(losses on) >&2 || die "the losses with packed casts differ from those without casts"
+diff <(losses off) <(losses f32) >&2 || die "the losses with f32 casts differ from those without casts"
+echo "fast_cast: ok ($n casts in the schedule, all packed; $(losses on | wc -l) losses equal in the three runs)"

@@ -241,7 +241,9 @@ static void cast_memory(void) {
     }
     const size_t op = (size_t)B * H * sizeof(float);
     printf("cast memory: training peak %zu bytes without casts, %zu with (an operand: %zu)\n", peak[0], peak[1], op);
-    CHECK_MSG(peak[0] > 0 && peak[1] <= peak[0] + 3 * op,
+    /* packed casts (Vulkan: two values a word) measured +0.75 operands, f32
+     * containers +1.5; one cast a tensor for both passes gave +11.5 */
+    CHECK_MSG(peak[0] > 0 && peak[1] <= peak[0] + op,
               "the operand casts raise the training peak from %zu to %zu bytes (an operand is %zu)", peak[0],
               peak[1], op);
 }
@@ -800,6 +802,16 @@ static void test_option(void) {
     mn_session_destroy(s);
     if (keep) setenv("MEGANEURA_FAST_CAST", keep, 1);
     else unsetenv("MEGANEURA_FAST_CAST");
+    free(keep);
+    /* and a malformed MEGANEURA_CAST_STORAGE, on any backend */
+    const char *cs = getenv("MEGANEURA_CAST_STORAGE");
+    keep = cs ? strdup(cs) : NULL;
+    setenv("MEGANEURA_CAST_STORAGE", "half", 1);
+    s = NULL;
+    CHECK(mn_session_create(&s, g, &o) == MN_E_INVALID && strstr(mn_session_error(s), "MEGANEURA_CAST_STORAGE='half'"));
+    mn_session_destroy(s);
+    if (keep) setenv("MEGANEURA_CAST_STORAGE", keep, 1);
+    else unsetenv("MEGANEURA_CAST_STORAGE");
     free(keep);
     mn_graph_destroy(g);
 }

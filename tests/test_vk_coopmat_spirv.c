@@ -243,6 +243,41 @@ static void test_layouts(void) {
                   c, want_a, want_b, k->defines);
         free(k);
     }
+    /* packed casts (NODE_F_PACK16, the session's default on Vulkan): the
+     * vector path stages their words unconverted (CM_RAW_*), in both forms
+     * and types, with one operand packed or both */
+    for (int c = 0; c < 3; c++) {
+        mn_tensor a, b, ca, cb, y;
+        char na[16], nb[16];
+        snprintf(na, sizeof na, "pa%d", c), snprintf(nb, sizeof nb, "pb%d", c);
+        const mn_dtype dt = c == 1 ? MN_F16 : MN_BF16;
+        CHECK_OK(mn_graph_input(g, &a, na, MN_F32, 2, (int64_t[]){512, 576}), mn_graph_error(g));
+        CHECK_OK(mn_graph_input(g, &b, nb, MN_F32, 2, (int64_t[]){1536, 576}), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &ca, a, dt), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &cb, b, dt), mn_graph_error(g));
+        g->nodes[ca].flags |= NODE_F_PACK16;
+        if (c != 2) g->nodes[cb].flags |= NODE_F_PACK16;
+        CHECK_OK(mn_matmul_ex(g, &y, ca, cb, false, true), mn_graph_error(g));
+        const mn_round16 r = c == 1 ? MN_ROUND_F16 : MN_ROUND_BF16;
+        gen_and_check(g, y, r, "khr", NULL, "exact", true);
+        if (c == 1) gen_and_check(g, y, r, "nv", NULL, "exact", true);
+        vk_kernel *k = malloc(sizeof *k);
+        char err[512] = "";
+        setenv("MEGANEURA_COOPMAT", "khr", 1);
+        CHECK_OK(vk_codegen_node(k, g, y, NULL, &h200, err, sizeof err), err);
+        unsetenv("MEGANEURA_COOPMAT");
+        char want[32];
+        snprintf(want, sizeof want, "#define X0_P16 %d", c == 1 ? 2 : 1);
+        CHECK_MSG(strstr(k->defines, want) && (strstr(k->defines, "#define X1_P16") != NULL) == (c != 2),
+                  "packed operands case %d: want %s%s in\n%s", c, want, c != 2 ? " and X1_P16" : "", k->defines);
+        free(k);
+        /* the cast itself: cast16.glsl, never an f32 store */
+        k = malloc(sizeof *k);
+        CHECK_OK(vk_codegen_node(k, g, ca, NULL, &h200, err, sizeof err), err);
+        CHECK_MSG(k->tmpl && !strcmp(k->tmpl, "cast16") && strstr(k->defines, "#define Y_P16"),
+                  "packed cast case %d: template %s", c, k->tmpl ? k->tmpl : "(none)");
+        free(k);
+    }
     /* a small product stays on the FMA kernel */
     int32_t small = add_matmul(g, 2, 2, 1, 8, 8, 8, false, false);
     gen_and_check(g, small, MN_ROUND_BF16, "auto", NULL, "exact", false);
@@ -292,6 +327,20 @@ static void test_conv(void) {
         gen_and_check(g, c[i], MN_ROUND_F16, "auto", NULL, "exact", true);
     }
     gen_and_check(g, a[0], MN_ROUND_F16, "nv", NULL, "exact", true);
+    /* packed cast operands through the convolutions' maps (decoded by X0 /
+     * X1, converted exactly): each of the three GEMMs */
+    for (int i = 0; i < 3; i++) {
+        node *n = &g->nodes[a[i]];
+        int32_t keep[2] = {n->in[0], n->in[1]};
+        for (int j = 0; j < 2; j++) {
+            mn_tensor ct;
+            CHECK_OK(mn_cast(g, &ct, keep[j], MN_BF16), mn_graph_error(g));
+            g->nodes[ct].flags |= NODE_F_PACK16;
+            g->nodes[a[i]].in[j] = ct;
+        }
+        gen_and_check(g, a[i], MN_ROUND_BF16, "khr", NULL, "exact", true);
+        g->nodes[a[i]].in[0] = keep[0], g->nodes[a[i]].in[1] = keep[1];
+    }
     int32_t thin[3]; /* depthwise: N = 1 output channel per group */
     add_conv(g, 1, 8, 7, 7, 8, 3, &(mn_conv2d_params){{1, 1}, {1, 1}, {1, 1}, 8}, false, thin);
     gen_and_check(g, thin[0], MN_ROUND_BF16, "auto", NULL, "exact", false);

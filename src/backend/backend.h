@@ -104,6 +104,11 @@ typedef struct backend_vtable {
      * rounded by cast nodes save the GEMM's own per-element rounding: the
      * session then casts them (session.c, round_by_cast). NULL: never. */
     bool (*casts_operands)(void *dev, int rounding);
+    /* Whether the backend's kernels store those casts packed, two 16-bit
+     * values a 32-bit word (NODE_F_PACK16: the cast writes that form, the
+     * products read it), so that an operand copy takes half an f32
+     * tensor's bytes and the GEMM half its reads. */
+    bool packs_operands;
     /* Optional (Vulkan, include/meganeura_vulkan.h): a device over a host's
      * handles (desc: const mn_vulkan_device_desc *), closed by device_close;
      * storage root `node` bound to a host buffer (const mn_vulkan_buffer *);

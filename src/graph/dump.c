@@ -153,6 +153,7 @@ void graph_dump_node(const mn_graph *g, int32_t id, FILE *f) {
     }
     if (n->flags & NODE_F_ROUND_BF16) fprintf(f, " operands=bf16");
     if (n->flags & NODE_F_ROUND_F16) fprintf(f, " operands=f16");
+    if (n->flags & NODE_F_PACK16) fprintf(f, " packed16");
     if (n->flags & NODE_F_OUTPUT) fprintf(f, " output");
     if (n->flags & NODE_F_LOSS) fprintf(f, " loss");
     fputc('\n', f);

@@ -30,6 +30,7 @@ int64_t node_numel(const node *n) {
 }
 
 size_t node_bytes(const node *n, size_t real_size) {
+    if (n->flags & NODE_F_PACK16) return ((size_t)node_numel(n) + 1) / 2 * 4;
     size_t es = n->dtype == MN_I32 ? 4 : real_size;
     return (size_t)node_numel(n) * es;
 }

@@ -43,7 +43,15 @@ enum {
      * products, which accumulate in f32 (core/round16.h). Set by the
      * session from mn_session_options.precision. */
     NODE_F_ROUND_BF16 = 1u << 8,
-    NODE_F_ROUND_F16 = 1u << 9
+    NODE_F_ROUND_F16 = 1u << 9,
+    /* an f16 / bf16 tensor stored packed, two values a 32-bit word (element
+     * i in word i / 2, the low half for even i; 2 bytes a value, the last
+     * word's high half 0 for an odd count) instead of in f32 containers:
+     * the operand casts of the fast contract on a backend whose kernels read
+     * and write that form (session.c round_by_cast, backend
+     * packs_operands). Set on casts only, never on a tensor the host reads
+     * or writes. */
+    NODE_F_PACK16 = 1u << 10
 };
 
 typedef struct node {
@@ -138,8 +146,12 @@ static inline mn_round16 node_round16(const node *n) {
 
 /* Element count (1 for rank 0). */
 int64_t node_numel(const node *n);
-/* f32, f16 or bf16: a float tensor (16-bit ones held in f32 containers). */
+/* f32, f16 or bf16: a float tensor (16-bit ones held in f32 containers,
+ * or packed two a word: NODE_F_PACK16). */
 static inline bool dtype_is_float(mn_dtype d) { return d == MN_F32 || d == MN_F16 || d == MN_BF16; }
+/* Bytes of a node's storage: elem_f32_size a float element (4, or 8 in the
+ * CPU's f64 mode), 4 an i32, 2 a packed 16-bit value (NODE_F_PACK16,
+ * rounded up to whole words). */
 size_t node_bytes(const node *n, size_t elem_f32_size);
 bool op_is_source(op_id op);
 

@@ -42,8 +42,10 @@ static bool gathers_at_other_index(op_id op) { return op_fuse_class(op) == FUSE_
 static bool fusible(const mn_graph *g, int32_t id) {
     const node *n = &g->nodes[id];
     /* 16-bit tensors are f32 containers (docs/ARCHITECTURE.md, Dtypes): a
-     * cast is one more pointwise expression */
-    if (!kir_op_pointwise(n->op) || !dtype_is_float(n->dtype) || n->rank > 4) return false;
+     * cast is one more pointwise expression; a packed one (NODE_F_PACK16)
+     * is its own kernel, which writes two values a word */
+    if (!kir_op_pointwise(n->op) || !dtype_is_float(n->dtype) || n->rank > 4 || (n->flags & NODE_F_PACK16))
+        return false;
     for (int i = 0; i < n->nin; i++)
         if (!dtype_is_float(g->nodes[n->in[i]].dtype) || g->nodes[n->in[i]].rank > 4) return false;
     return true;
@@ -103,8 +105,8 @@ static bool matmul_member(const mn_graph *g, int32_t m, int32_t root, const grou
     if (!kir_epilogue_producer(n->op) || gr->matmul || gr->reduce || gr->costly || n->dtype != MN_F32 ||
         n->rank != r->rank)
         return false;
-    for (int i = 0; i < n->nin; i++)
-        if (g->nodes[n->in[i]].dtype != MN_F32) return false;
+    for (int i = 0; i < n->nin; i++) /* f32, or a 16-bit operand cast (read through the same X macros) */
+        if (!dtype_is_float(g->nodes[n->in[i]].dtype)) return false;
     for (int d = 0; d < n->rank; d++)
         if (n->shape[d] != r->shape[d]) return false;
     return true;

@@ -103,7 +103,10 @@ static bool cast_sized(const mn_graph *g, const node *n) {
  * cast per tensor shared by all its products, so that the GEMM converts
  * exactly representable values (no per-element rounding in its loads,
  * which costs as much as the products on tensor cores) and each element is
- * rounded once instead of once per tile that reads it. The casts are
+ * rounded once instead of once per tile that reads it. Where the backend
+ * packs them (packs_operands) each cast is stored two values a word
+ * (NODE_F_PACK16): half the bytes of the operand, half the GEMM's reads.
+ * The casts are
  * appended (g->sched_pre): the schedule runs each right before its first
  * consumer. A tensor read by products of the forward pass (ids below nfwd)
  * and of the backward pass gets one cast for each, so the forward's copy
@@ -125,7 +128,17 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
     } else {
         on = s->device && s->device->impl && s->be->casts_operands && s->be->casts_operands(s->device->impl, (int)rnd);
     }
+    /* packed (two values a word) where the backend's kernels take that form
+     * and the packed tensor fits one binding (a paged operand stays an f32
+     * container); MEGANEURA_CAST_STORAGE=f32 keeps every cast in f32 */
+    const char *cs = getenv("MEGANEURA_CAST_STORAGE");
+    if (cs && *cs && strcmp(cs, "packed") && strcmp(cs, "f32"))
+        return fail(s, MN_E_INVALID, "session: MEGANEURA_CAST_STORAGE='%s': want packed or f32", cs);
     if (!on) return MN_OK;
+    const bool pack = s->be->packs_operands && !(cs && !strcmp(cs, "f32"));
+    const uint64_t pack_max = !pack ? 0
+                              : s->be->max_binding && s->device && s->device->impl ? s->be->max_binding(s->device->impl)
+                                                                                  : UINT64_MAX;
     const int32_t n0 = g->n;
     int32_t *cast_of = malloc((size_t)n0 * 2 * sizeof *cast_of); /* [tensor][forward, backward] */
     if (!cast_of) return fail(s, MN_E_NOMEM, "session: out of memory");
@@ -144,6 +157,9 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
             if (*memo == MN_NONE) {
                 mn_tensor c;
                 if ((st = mn_cast(g, &c, x, dt))) break;
+                node *cn = &g->nodes[c];
+                cn->flags |= NODE_F_PACK16;
+                if (node_bytes(cn, 4) > pack_max) cn->flags &= ~(uint32_t)NODE_F_PACK16;
                 *memo = c;
             }
             g->nodes[i].in[j] = *memo; /* g->nodes may have moved: index again */

@@ -917,6 +917,7 @@ const backend_vtable backend_vulkan = {
     .execute_sync = vkb_execute_sync,
     .max_binding = vk_device_max_binding,
     .casts_operands = vk_device_casts_operands,
+    .packs_operands = true,
     .export_kernels = vkb_export_kernels,
     .kernel_stats = vkb_kernel_stats,
 };

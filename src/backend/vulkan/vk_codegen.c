@@ -116,10 +116,34 @@ bool vk_input_written(const node *n, int i) {
  * <op>_SHIFT (log2 of the elements per page), MN_NONUNIFORM when the device
  * indexes descriptor arrays non-uniformly. Checks that the kernel's
  * descriptors (one per page) fit the device. Nothing when none is paged. */
+/* Packed 16-bit operands (NODE_F_PACK16): <op>_P16 = 1 (bf16) or 2 (f16),
+ * so that preamble.glsl declares the binding as words and X<i>(i) unpacks
+ * (Y_P16: the cast's kernel writes words, cast16.glsl). Never paged: the
+ * session packs only what fits one binding. */
+static mn_status pack_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
+                              char *err, size_t cap) {
+    for (int j = 0; j < nopnd; j++) {
+        const node *t = &g->nodes[opnd[j]];
+        if (!(t->flags & NODE_F_PACK16)) continue;
+        if ((t->dtype != MN_BF16 && t->dtype != MN_F16) || (mp && memplan_pages(mp, opnd[j]))) {
+            mn_fmt(err, cap, "vulkan codegen: %s (%%%d): packed operand %%%d is not an unpaged f16/bf16 tensor",
+                   op_table[g->nodes[opnd[0]].op].name, (int)opnd[0], (int)opnd[j]);
+            return MN_E_UNSUPPORTED;
+        }
+        char nm[16];
+        if (j == 0) snprintf(nm, sizeof nm, "Y_P16");
+        else snprintf(nm, sizeof nm, "X%d_P16", j - 1);
+        vk_def(k, nm, "%d", t->dtype == MN_BF16 ? 1 : 2);
+    }
+    return MN_OK;
+}
+
 mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
                            const vk_caps *caps, char *err, size_t cap) {
     const int32_t id = opnd[0];
     const node *n = &g->nodes[id];
+    mn_status pst = pack_defines(k, g, opnd, nopnd, mp, err, cap);
+    if (pst) return pst;
     if (!mp || !mp->chunk_bytes) return MN_OK;
     uint64_t total = 0, most = 0;
     int32_t big = -1;
@@ -280,6 +304,11 @@ static mn_status codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const
         vk_def(k, nm, "%s", i >= n->nin || vk_input_written(n, i) ? "" : "readonly");
         snprintf(nm, sizeof nm, "X%d_N", i);
         vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[opnd[1 + i]]));
+    }
+    if ((n->flags & NODE_F_PACK16) && n->op != OP_CAST) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): only a cast writes a packed 16-bit tensor", op_table[n->op].name,
+               id);
+        return MN_E_UNSUPPORTED;
     }
     if ((st0 = vk_paged_defines(k, g, opnd, nopnd, mp, caps, err, cap))) return st0;
     mn_status st = gen_table[n->op](k, g, n, caps, err, cap);

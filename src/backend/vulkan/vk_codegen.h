@@ -278,7 +278,8 @@ mn_status vk_sumsq_block_defs(vk_kernel *k, const mn_graph *g, const node *n, co
 
 /* <op>_PAGES / <op>_SHIFT for the operands opnd[0] (the output) and
  * opnd[1..nopnd) (the inputs, in binding order) that span several chunks
- * (memplan_pages), and the check that their descriptors fit the device. */
+ * (memplan_pages), and the check that their descriptors fit the device;
+ * <op>_P16 for those stored packed (NODE_F_PACK16). */
 mn_status vk_paged_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
                            const vk_caps *caps, char *err, size_t cap);
 /* Helpers of vk_gen_pointwise.c shared with vk_gen_fused.c: the output's

@@ -248,6 +248,14 @@ VK_ELTWISE(broadcast, "a")
 /* The rounding of core/round16.h (mathlib.glsl's twins: the same bits). */
 mn_status vkgen_cast(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, char *err, size_t cap) {
     const mn_round16 r = dtype_round16(cast_dtype(n));
+    if (n->flags & NODE_F_PACK16) { /* two values a word (cast16.glsl): never a fused member (kir) */
+        const node *x = in_node(g, n, 0);
+        if (r == MN_ROUND_NONE || node_numel(x) != node_numel(n) || (x->flags & NODE_F_PACK16))
+            return fail(g, n, MN_E_UNSUPPORTED, err, cap, "a packed cast needs an f32 input of its shape");
+        k->tmpl = "cast16";
+        vk_launch_1d(k, caps, ((uint64_t)node_numel(n) + 1) / 2, pick_local(caps, 256));
+        return MN_OK;
+    }
     return gen_bcast(k, g, n, caps, r == MN_ROUND_F16 ? "mn_round_f16(a)" : r == MN_ROUND_BF16 ? "mn_round_bf16(a)" : "a",
                      err, cap);
 }

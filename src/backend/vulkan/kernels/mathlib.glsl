@@ -243,6 +243,34 @@ float mn_round_f16(float x) {
     return uintBitsToFloat(sgn | floatBitsToUint(float(k) * (1.0 / 16777216.0)));
 }
 
+// ---- packed 16-bit storage (NODE_F_PACK16; core/round16.h's encodings) ----
+// bits of the 16-bit value nearest x (ties to even; NaN stays NaN, quiet),
+// by integer arithmetic: the same bits on every device
+uint mn_bf16_bits(float x) {
+    uint u = floatBitsToUint(mn_round_bf16(x));
+    return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : (u >> 16);
+}
+uint mn_f16_bits(float x) {
+    uint u = floatBitsToUint(mn_round_f16(x)), sgn = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sgn | 0x7e00u;
+    if (a == 0x7f800000u) return sgn | 0x7c00u;
+    // below 2^-14: the subnormal k 2^-24, k = m >> (126 - E) exactly (the
+    // value is one); 0 for a zero
+    if (a < 0x38800000u) return a == 0u ? sgn : sgn | (((a & 0x7fffffu) | 0x800000u) >> uint(126 - int(a >> 23)));
+    return sgn | (((a >> 23) - 112u) << 10) | ((a >> 13) & 0x3ffu);
+}
+// the exact f32 value of 16-bit bits h (t: 1 bf16, 2 f16); f16 subnormals
+// by an exact scaling of an integer (no subnormal arithmetic)
+float mn_value16(uint h, int t) {
+    if (t == 1) return uintBitsToFloat(h << 16);
+    uint sgn = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 31u) return uintBitsToFloat(sgn | 0x7f800000u | (m << 13));
+    if (e == 0u) return uintBitsToFloat(sgn | floatBitsToUint(float(m) * (1.0 / 16777216.0)));
+    return uintBitsToFloat(sgn | ((e + 112u) << 23) | (m << 13));
+}
+// element i of a packed tensor from its word w
+float mn_unpack16(uint w, uint i, int t) { return mn_value16((i & 1u) != 0u ? (w >> 16) : (w & 0xffffu), t); }
+
 // ---- double-f32 sums (reduce.glsl, bn_stats.glsl) ----
 // Knuth's TwoSum: a + b == s + e exactly (precise: no reassociation, no fma).
 void two_sum(float a, float b, out float s, out float e) {

@@ -310,9 +310,10 @@ float ra[LA], rb[LB];
 // the tile's elements a multiple of 4 NT; tensors are 64-byte aligned) load
 // it as vec4s: unit u = lid + i*NT of the slice covers 4 consecutive
 // elements along the contiguous dimension, one global load instead of
-// four, and the index arithmetic once. Same values; not for a paged
-// operand or 64-bit indices.
-#if defined(MM_VA) && MM_VA && MM_MAP == 0 && !defined(X0_PAGES) && !defined(MN_IDX64)
+// four, and the index arithmetic once. Same values; not for a paged or
+// packed (X0_P16: read element by element, decoded) operand or 64-bit
+// indices.
+#if defined(MM_VA) && MM_VA && MM_MAP == 0 && !defined(X0_PAGES) && !defined(X0_P16) && !defined(MN_IDX64)
 #define MM_VEC_A 1
 layout(std430, set = 0, binding = 1) readonly buffer BufX0v { vec4 d[]; } bX0v;
 #define UA (LA / 4)
@@ -320,7 +321,7 @@ vec4 rav[UA];
 #else
 #define MM_VEC_A 0
 #endif
-#if defined(MM_VB) && MM_VB && MM_MAP == 0 && !defined(X1_PAGES) && !defined(MN_IDX64)
+#if defined(MM_VB) && MM_VB && MM_MAP == 0 && !defined(X1_PAGES) && !defined(X1_P16) && !defined(MN_IDX64)
 #define MM_VEC_B 1
 layout(std430, set = 0, binding = 2) readonly buffer BufX1v { vec4 d[]; } bX1v;
 #define UB (LB / 4)

@@ -1,6 +1,7 @@
 // matmul_coopmat.glsl - the fast contract's GEMM on cooperative matrices
 // (tensor cores): C[z] = A[z] (MM_M x MM_K) @ B[z] (MM_K x MM_N), f32 in
-// memory, operands rounded to f16 or bf16, products accumulated in f32.
+// memory (an operand the session cast may be packed 16-bit: X0_P16),
+// operands rounded to f16 or bf16, products accumulated in f32.
 //
 // Written in GLSL with GL_NV_cooperative_matrix (the only form Debian's
 // glslang 12 knows); the generator (vk_gen_coopmat.c) sets MN_SPIRV_PASS so
@@ -118,11 +119,32 @@ shared uvec2 sm[SMEM_LEN];
 #define UA ((CM_BM * CM_BK / 4) / NT)
 #define UB ((CM_BK * CM_BN / 4) / NT)
 
-// vec4 views of the operands (the same bindings as X0, X1: preamble.glsl)
-#if CM_VEC_A
+// vec4 views of the operands (the same bindings as X0, X1: preamble.glsl),
+// or, for a packed operand (X0_P16 / X1_P16: a cast stored two 16-bit values
+// a word, NODE_F_PACK16), uvec2 views: a unit's four values are moved from
+// global to shared memory as they are (CM_RAW_*), with no conversion. A
+// packed operand off the vector path (a convolution's map) is decoded by
+// X0 / X1 and converted back, exactly.
+#if CM_VEC_A && defined(X0_P16)
+#define CM_RAW_A 1
+layout(std430, set = 0, binding = 1) readonly buffer BufX0r { uvec2 d[]; } bX0r;
+#define RA_T uvec2
+#else
+#define CM_RAW_A 0
+#define RA_T vec4
+#endif
+#if CM_VEC_B && defined(X1_P16)
+#define CM_RAW_B 1
+layout(std430, set = 0, binding = 2) readonly buffer BufX1r { uvec2 d[]; } bX1r;
+#define RB_T uvec2
+#else
+#define CM_RAW_B 0
+#define RB_T vec4
+#endif
+#if CM_VEC_A && !CM_RAW_A
 layout(std430, set = 0, binding = 1) readonly buffer BufX0v { vec4 d[]; } bX0v;
 #endif
-#if CM_VEC_B
+#if CM_VEC_B && !CM_RAW_B
 layout(std430, set = 0, binding = 2) readonly buffer BufX1v { vec4 d[]; } bX1v;
 #endif
 
@@ -211,7 +233,7 @@ uvec2 cm_pack(vec4 v, const bool exact) {
 
 // Unit u of a slice: its row r (the shared row) and column group c (the
 // four elements 4c .. 4c+3 of the contiguous dimension).
-vec4 cm_load_a(uint z, uint m0, uint k0, uint u) {
+RA_T cm_load_a(uint z, uint m0, uint k0, uint u) {
 #if CM_A_KFAST
     uint r = u / (CM_BK / 4), c = u % (CM_BK / 4);
     uint m = m0 + r, k = k0 + 4u * c;
@@ -219,12 +241,18 @@ vec4 cm_load_a(uint z, uint m0, uint k0, uint u) {
     uint r = u / (CM_BM / 4), c = u % (CM_BM / 4);
     uint k = k0 + r, m = m0 + 4u * c;
 #endif
+#if CM_RAW_A
+    // words (pc.off[1] is in words, even: tensors are 64-byte aligned)
+    uvec2 v = uvec2(0u);
+    if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < MM_K))
+        v = bX0r.d[(pc.off[1] + (cm_a_index(z, m, k) >> 1)) >> 1];
+#elif CM_VEC_A
     vec4 v = vec4(0.0);
-#if CM_VEC_A
     // the unit is wholly inside or outside (the contiguous extent is a
     // multiple of 4, and so is every unit's first index)
     if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < MM_K)) v = bX0v.d[(pc.off[1] + cm_a_index(z, m, k)) >> 2];
 #else
+    vec4 v = vec4(0.0);
     [[unroll]] for (uint j = 0; j < 4; j++) {
 #if CM_A_KFAST
         uint mm = m, kk = k + j;
@@ -237,7 +265,7 @@ vec4 cm_load_a(uint z, uint m0, uint k0, uint u) {
     return v;
 }
 
-vec4 cm_load_b(uint z, uint n0, uint k0, uint u) {
+RB_T cm_load_b(uint z, uint n0, uint k0, uint u) {
 #if CM_B_NFAST
     uint r = u / (CM_BN / 4), c = u % (CM_BN / 4);
     uint k = k0 + r, n = n0 + 4u * c;
@@ -245,10 +273,15 @@ vec4 cm_load_b(uint z, uint n0, uint k0, uint u) {
     uint r = u / (CM_BK / 4), c = u % (CM_BK / 4);
     uint n = n0 + r, k = k0 + 4u * c;
 #endif
+#if CM_RAW_B
+    uvec2 v = uvec2(0u);
+    if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < MM_K))
+        v = bX1r.d[(pc.off[2] + (cm_b_index(z, k, n) >> 1)) >> 1];
+#elif CM_VEC_B
     vec4 v = vec4(0.0);
-#if CM_VEC_B
     if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < MM_K)) v = bX1v.d[(pc.off[2] + cm_b_index(z, k, n)) >> 2];
 #else
+    vec4 v = vec4(0.0);
     [[unroll]] for (uint j = 0; j < 4; j++) {
 #if CM_B_NFAST
         uint nn = n + j, kk = k;
@@ -277,7 +310,8 @@ uint cm_sb(uint u) {
 #endif
 }
 
-vec4 ra[UA], rb[UB];
+RA_T ra[UA];
+RB_T rb[UB];
 
 void cm_fetch(uint z, uint m0, uint n0, uint k0, uint lid) {
     [[unroll]] for (uint i = 0; i < UA; i++) ra[i] = cm_load_a(z, m0, k0, lid + i * NT);
@@ -286,8 +320,16 @@ void cm_fetch(uint z, uint m0, uint n0, uint k0, uint lid) {
 
 void cm_stash(uint stage, uint lid) {
     uint a0 = stage * A_LEN, b0 = CM_STAGES * A_LEN + stage * B_LEN;
+#if CM_RAW_A
+    [[unroll]] for (uint i = 0; i < UA; i++) sm[a0 + cm_sa(lid + i * NT)] = ra[i];
+#else
     [[unroll]] for (uint i = 0; i < UA; i++) sm[a0 + cm_sa(lid + i * NT)] = cm_pack(ra[i], CM_EXACT_A != 0);
+#endif
+#if CM_RAW_B
+    [[unroll]] for (uint i = 0; i < UB; i++) sm[b0 + cm_sb(lid + i * NT)] = rb[i];
+#else
     [[unroll]] for (uint i = 0; i < UB; i++) sm[b0 + cm_sb(lid + i * NT)] = cm_pack(rb[i], CM_EXACT_B != 0);
+#endif
 }
 
 void main() {

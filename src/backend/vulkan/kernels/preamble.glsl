@@ -52,48 +52,68 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 // Kernels whose operands all fit one binding compile exactly as before.
 // With MN_IDX64 the page i >> SHIFT is taken from the 64-bit index; the
 // index within a page (below 2^30) stays 32-bit, as does every binding's.
-#ifdef Y_PAGES
+//
+// A packed operand (NODE_F_PACK16, <op>_P16 = 1 for bf16, 2 for f16: two
+// 16-bit values a 32-bit word, element i in word i / 2, the low half for
+// even i) is bound as words: X<i>(i) decodes element i to its exact f32
+// value (mn_unpack16, mathlib.glsl), Y_WORD(w) is word w of a packed
+// output (cast16.glsl, the one kernel that writes one). Never paged.
+#ifdef Y_P16
+layout(std430, set = 0, binding = 0) buffer BufY { uint d[]; } bY;
+#elif defined(Y_PAGES)
 layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY[Y_PAGES];
 #else
 layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY;
 #endif
 #ifdef X0_ACCESS
-#ifdef X0_PAGES
+#ifdef X0_P16
+layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0 { uint d[]; } bX0;
+#elif defined(X0_PAGES)
 layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0 { float d[]; } bX0[X0_PAGES];
 #else
 layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0 { float d[]; } bX0;
 #endif
 #endif
 #ifdef X1_ACCESS
-#ifdef X1_PAGES
+#ifdef X1_P16
+layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1 { uint d[]; } bX1;
+#elif defined(X1_PAGES)
 layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1 { float d[]; } bX1[X1_PAGES];
 #else
 layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1 { float d[]; } bX1;
 #endif
 #endif
 #ifdef X2_ACCESS
-#ifdef X2_PAGES
+#ifdef X2_P16
+layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2 { uint d[]; } bX2;
+#elif defined(X2_PAGES)
 layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2 { float d[]; } bX2[X2_PAGES];
 #else
 layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2 { float d[]; } bX2;
 #endif
 #endif
 #ifdef X3_ACCESS
-#ifdef X3_PAGES
+#ifdef X3_P16
+layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3 { uint d[]; } bX3;
+#elif defined(X3_PAGES)
 layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3 { float d[]; } bX3[X3_PAGES];
 #else
 layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3 { float d[]; } bX3;
 #endif
 #endif
 #ifdef X4_ACCESS
-#ifdef X4_PAGES
+#ifdef X4_P16
+layout(std430, set = 0, binding = 5) X4_ACCESS buffer BufX4 { uint d[]; } bX4;
+#elif defined(X4_PAGES)
 layout(std430, set = 0, binding = 5) X4_ACCESS buffer BufX4 { float d[]; } bX4[X4_PAGES];
 #else
 layout(std430, set = 0, binding = 5) X4_ACCESS buffer BufX4 { float d[]; } bX4;
 #endif
 #endif
 #ifdef X5_ACCESS
-#ifdef X5_PAGES
+#ifdef X5_P16
+layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { uint d[]; } bX5;
+#elif defined(X5_PAGES)
 layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5[X5_PAGES];
 #else
 layout(std430, set = 0, binding = 6) X5_ACCESS buffer BufX5 { float d[]; } bX5;
@@ -155,13 +175,17 @@ layout(push_constant) uniform PushConstants { uint off[8]; uint dim[4]; } pc;
 // Y(i) = v writes the output (Y is write-only: a paged Y without
 // MN_NONUNIFORM is a statement prefix, not an expression); X0(i) .. X5(i)
 // read input i; X2_WR(i) = v, X3_WR(i) = v write an input updated in place.
-#ifndef Y_PAGES
+#ifdef Y_P16
+#define Y_WORD(w) bY.d[pc.off[0] + uint(w)]
+#elif !defined(Y_PAGES)
 #define Y(i) bY.d[pc.off[0] + uint(i)]
 #else
 #define Y(i) MN_PG_WR(bY, Y_SHIFT, Y_PAGES, i)
 #endif
 #ifdef X0_ACCESS
-#ifndef X0_PAGES
+#ifdef X0_P16
+#define X0(i) mn_unpack16(bX0.d[pc.off[1] + (uint(i) >> 1)], uint(i), X0_P16)
+#elif !defined(X0_PAGES)
 #define X0(i) bX0.d[pc.off[1] + uint(i)]
 #define X0_WR(i) X0(i)
 #else
@@ -175,7 +199,9 @@ MN_PG_READER(mn_rd_X0, bX0, X0_SHIFT, X0_PAGES)
 #endif
 #endif
 #ifdef X1_ACCESS
-#ifndef X1_PAGES
+#ifdef X1_P16
+#define X1(i) mn_unpack16(bX1.d[pc.off[2] + (uint(i) >> 1)], uint(i), X1_P16)
+#elif !defined(X1_PAGES)
 #define X1(i) bX1.d[pc.off[2] + uint(i)]
 #define X1_WR(i) X1(i)
 #else
@@ -189,7 +215,9 @@ MN_PG_READER(mn_rd_X1, bX1, X1_SHIFT, X1_PAGES)
 #endif
 #endif
 #ifdef X2_ACCESS
-#ifndef X2_PAGES
+#ifdef X2_P16
+#define X2(i) mn_unpack16(bX2.d[pc.off[3] + (uint(i) >> 1)], uint(i), X2_P16)
+#elif !defined(X2_PAGES)
 #define X2(i) bX2.d[pc.off[3] + uint(i)]
 #define X2_WR(i) X2(i)
 #else
@@ -203,7 +231,9 @@ MN_PG_READER(mn_rd_X2, bX2, X2_SHIFT, X2_PAGES)
 #endif
 #endif
 #ifdef X3_ACCESS
-#ifndef X3_PAGES
+#ifdef X3_P16
+#define X3(i) mn_unpack16(bX3.d[pc.off[4] + (uint(i) >> 1)], uint(i), X3_P16)
+#elif !defined(X3_PAGES)
 #define X3(i) bX3.d[pc.off[4] + uint(i)]
 #define X3_WR(i) X3(i)
 #else
@@ -217,7 +247,9 @@ MN_PG_READER(mn_rd_X3, bX3, X3_SHIFT, X3_PAGES)
 #endif
 #endif
 #ifdef X4_ACCESS
-#ifndef X4_PAGES
+#ifdef X4_P16
+#define X4(i) mn_unpack16(bX4.d[pc.off[5] + (uint(i) >> 1)], uint(i), X4_P16)
+#elif !defined(X4_PAGES)
 #define X4(i) bX4.d[pc.off[5] + uint(i)]
 #define X4_WR(i) X4(i)
 #else
@@ -231,7 +263,9 @@ MN_PG_READER(mn_rd_X4, bX4, X4_SHIFT, X4_PAGES)
 #endif
 #endif
 #ifdef X5_ACCESS
-#ifndef X5_PAGES
+#ifdef X5_P16
+#define X5(i) mn_unpack16(bX5.d[pc.off[6] + (uint(i) >> 1)], uint(i), X5_P16)
+#elif !defined(X5_PAGES)
 #define X5(i) bX5.d[pc.off[6] + uint(i)]
 #define X5_WR(i) X5(i)
 #else
