@@ -6,7 +6,8 @@
 # auto leaves them off) and off, and forced on with the casts kept in f32
 # containers (MEGANEURA_CAST_STORAGE=f32) instead of packed two 16-bit values
 # a word (the default where the backend packs: Vulkan). The casts must be in
-# the schedule, every one packed, and the loss of every step, train and
+# the schedule, every one packed and a kernel of its own beside unchanged
+# others (the products keep their fused epilogues), and the loss of every step, train and
 # eval, must be the same number in all three runs: rounding a product's
 # operand by a cast node gives the bits the product's own rounding gives,
 # and packing keeps them.
@@ -26,6 +27,13 @@ n=$(grep -c " cast" "$dir/dump.err" || true)
 [ "$n" -gt 0 ] || die "MEGANEURA_FAST_CAST=1 put no cast in the schedule"
 p=$(grep " cast" "$dir/dump.err" | grep -c " packed16" || true)
 [ "$p" -eq "$n" ] || die "$p of the $n casts are packed"
+# each packed cast is a kernel of its own, and nothing else changes: the
+# products the casts feed keep their fused epilogues
+MEGANEURA_FAST_CAST=0 MEGANEURA_DUMP=kernels train k0 1
+MEGANEURA_FAST_CAST=1 MEGANEURA_DUMP=kernels train k1 1
+kernels() { grep -o "^kernels: [0-9]*" "$dir/$1.err" | grep -o "[0-9]*$"; }
+k0=$(kernels k0) k1=$(kernels k1)
+[ -n "$k0" ] && [ "$k1" -eq $((k0 + n)) ] || die "$k1 kernels with the $n casts, $k0 without: want $((k0 + n))"
 MEGANEURA_FAST_CAST=0 train off 30
 MEGANEURA_FAST_CAST=1 train on 30
 MEGANEURA_FAST_CAST=1 MEGANEURA_CAST_STORAGE=f32 train f32 30
