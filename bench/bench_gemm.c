@@ -2,7 +2,7 @@
  * unit test; docs/PERF.md "GEMM in the fast contract").
  *
  *   meganeura_bench_gemm [--backend cpu|vulkan] [--precision LIST] [--shapes LIST] [--runs N]
- *                        [--samples N] [--round-check]
+ *                        [--samples N] [--round-check] [--device per-run|shared]
  *
  * --precision  comma-separated of strict, bf16, f16 (default all three)
  * --shapes     comma-separated of: square (n = 1024, 2048, 4096, 8192, A @ B),
@@ -18,6 +18,12 @@
  *              product in double of the operands rounded as the contract
  *              rounds them (core/round16.h): max |c - ref| / sum |a b|
  *              over the samples, "ok" below 1e-4
+ * --device     per-run (default): every measured session opens a device of its
+ *              own, so that no session runs after another on the same device
+ *              (docs/PERF.md "Open problem: a device reused across models");
+ *              shared: one device for the whole run. Run AG (H100) measured
+ *              both the same; the 4x swings of runs AD and AF between
+ *              sessions of one kernel came from elsewhere (a busy GPU)
  * --round-check  also multiply random A [4096, 64] (every exponent, half of
  *              the entries on a rounding tie) by the identity and compare the
  *              bits of C = round(A) with the CPU's rounding: whether the
@@ -65,6 +71,21 @@ typedef struct shape {
 
 static mn_backend_kind g_backend = MN_BACKEND_VULKAN;
 static mn_device *g_device;
+static bool g_device_per_run = true;
+
+/* The device a measured session runs on: g_device, or one of its own
+ * (--device per-run), which *own must close. */
+static mn_device *bench_device(mn_device **own) {
+    *own = NULL;
+    if (!g_device_per_run) return g_device;
+    if (mn_device_open(own, g_backend)) {
+        fprintf(stderr, "bench_gemm: device: %s\n", mn_device_error(*own));
+        mn_device_close(*own);
+        *own = NULL;
+        return g_device;
+    }
+    return *own;
+}
 static int g_runs = 10, g_samples = 256;
 /* operand values, filled once for the largest shape: a smaller one's are
  * a prefix of the same sequence */
@@ -133,13 +154,15 @@ static void bench_one(mn_precision prec, const shape *s, const char *tile, const
         return;
     }
     mn_session_options o = mn_session_default_options();
+    mn_device *own;
     o.backend = g_backend;
-    o.device = g_device;
+    o.device = bench_device(&own);
     o.precision = prec;
     mn_session *ss = NULL;
     if (mn_session_create(&ss, g, &o)) {
         print_err(pn, s, tile, round, mn_session_error(ss));
         mn_session_destroy(ss);
+        mn_device_close(own);
         mn_graph_destroy(g);
         return;
     }
@@ -184,14 +207,15 @@ static void bench_one(mn_precision prec, const shape *s, const char *tile, const
         free(c);
         printf("{\"bench\":\"gemm\",\"backend\":\"%s\",\"precision\":\"%s\",\"M\":%lld,\"K\":%lld,\"N\":%lld,"
                "\"layout\":\"%s\",\"tile\":\"%s\",\"round\":\"%s\",\"reps\":%d,\"ms_min\":%.4f,\"ms_median\":%.4f,"
-               "\"tflops\":%.3f,\"max_err\":%.3g,\"check\":\"%s\"}\n",
+               "\"tflops\":%.3f,\"max_err\":%.3g,\"check\":\"%s\",\"device\":\"%s\"}\n",
                g_backend == MN_BACKEND_VULKAN ? "vulkan" : "cpu", pn, (long long)s->M, (long long)s->K,
                (long long)s->N, layout_name(s), tile, round, reps, t[0], t[g_runs / 2], flops / (t[0] * 1e-3) / 1e12,
-               worst, worst < 1e-4 ? "ok" : "FAIL");
+               worst, worst < 1e-4 ? "ok" : "FAIL", g_device_per_run ? "per-run" : "shared");
         fflush(stdout);
     }
     free(t);
     mn_session_destroy(ss);
+    mn_device_close(own);
     mn_graph_destroy(g);
 }
 
@@ -281,9 +305,13 @@ int main(int argc, char **argv) {
             g_samples = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--round-check")) {
             rcheck = true;
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "per-run")) {
+            g_device_per_run = true, i++;
+        } else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "shared")) {
+            g_device_per_run = false, i++;
         } else {
             fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--precision strict,bf16,f16] "
-                            "[--shapes square,skinny,MxKxN[:nt]] [--runs N] [--samples N] [--round-check]\n",
+                            "[--shapes square,skinny,MxKxN[:nt]] [--runs N] [--samples N] [--round-check] [--device per-run|shared]\n",
                     argv[0]);
             return 2;
         }

@@ -9,7 +9,7 @@
 # libjpeg, FFTW, Open MPI's ...: every non-glibc dependency) under lib/.
 # On the GPU machine, from the repository root:
 #   mkdir -p /tmp/b && tar -C /tmp/b -xJf .devbin/devbin.tar.xz
-#   export LD_LIBRARY_PATH=/tmp/b/lib:$LD_LIBRARY_PATH BIN=/tmp/b
+#   export LD_LIBRARY_PATH=/tmp/b/lib:$LD_LIBRARY_PATH BIN=/tmp/b PATH=/tmp/b:$PATH
 #   . .device/vk-env.sh
 # .devbin/ and .device/ are git-ignored; carry both (`run` carry list).
 set -euo pipefail
@@ -23,6 +23,9 @@ for f in "$build/meganeura" "$build"/bench/meganeura_bench*; do
   if [ -x "$f" ] && [ -f "$f" ]; then strip -o "$stage/$(basename "$f")" "$f"; fi
 done
 for t in $tests; do strip -o "$stage/$t" "$build/tests/$t"; done
+# spirv-val for test_vk_coopmat_spirv (the GPU machine has no spirv-tools):
+# runs put /tmp/b on PATH
+if command -v spirv-val > /dev/null; then cp "$(command -v spirv-val)" "$stage/"; fi
 # every shared library the programs link that a bare machine may lack (not
 # glibc's, libstdc++/libgcc_s, nor the Vulkan loader that .device/ brings)
 for f in "$stage"/*; do

@@ -306,6 +306,7 @@ typedef struct vk_gemm_shape {
     int64_t M, N, K, batch, saz, sam, sak, sbz, sbk, sbn;
     int map;
     bool a_kfast, b_nfast;
+    int64_t kc; /* a weight gradient's K of one part (map 3, MM_PARTS > 1), or 0: K */
 } vk_gemm_shape;
 /* The fast contract's GEMM on cooperative matrices (vk_gen_coopmat.c):
  * *used says whether it generated n (operands rounded, the device has the

@@ -55,6 +55,14 @@ static const struct {
     {{64, 128, 32, 32, 64, 2}, 132},
     {{64, 64, 32, 32, 32, 2}, 0},
 };
+/* Run AG (H100, 2026-12-06; docs/PERF.md) swept the forward's x W^T shapes
+ * with a device per session: 128x256x32/64x64 was best or within 5% at
+ * every one, small grids included (128 x 2048 x 8192: 174 TFLOP/s against
+ * 114 for the 128x128 this table picks). Taking it everywhere (run AH) made
+ * SmolLM2's 8 x 512 bf16 step slower all the same (matmul kernels 48.9 ->
+ * 57.6 us a call: the backward's products, split weight gradients among
+ * them, lose half their workgroups) and ResNet-50 at batch 1 and 4 too, so
+ * the table stays until the backward's layouts are swept. */
 
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -207,6 +215,13 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
      * aligned, binding offsets a power of two: the template drops it for
      * a paged operand) */
     const bool va = mm && (a_kfast ? s->K : s->M) % 4 == 0, vb = mm && (b_nfast ? s->N : s->K) % 4 == 0;
+    /* a weight gradient's parts (MM_PARTS, MM_GROUPS: vkgen_conv2d_bwd_weight) */
+    const int64_t kc = s->kc > 0 && s->kc < s->K ? s->kc : s->K;
+    if (kc < s->K && s->map != 3) {
+        mn_fmt(err, cap, "vulkan codegen: %s (%%%d): a K split of map %d (only weight gradients split)",
+               op_table[n->op].name, (int)(n - g->nodes), s->map);
+        return MN_E_UNSUPPORTED;
+    }
     const bool even_m = s->M % c.bm == 0, even_n = s->N % c.bn == 0;
     /* straight from the fragments into Y: row-major C, whole tiles, rows a
      * multiple of 16 bytes (the template drops it for a paged Y or a fused
@@ -238,7 +253,8 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
     vk_def(k, "CM_VB", "%d", vb);
     vk_def(k, "CM_EVEN_M", "%d", even_m);
     vk_def(k, "CM_EVEN_N", "%d", even_n);
-    vk_def(k, "CM_EVEN_K", "%d", s->K % c.bk == 0);
+    vk_def(k, "CM_EVEN_K", "%d", s->K % kc == 0 && kc % c.bk == 0);
+    if (kc < s->K) vk_def(k, "CM_KC", "%lldu", (long long)kc);
     vk_def(k, "CM_DIRECT", "%d", direct);
     const uint64_t tiles[3] = {cdiv((uint64_t)s->M, c.bm), cdiv((uint64_t)s->N, c.bn), (uint64_t)s->batch};
     uint64_t strides = 1;
@@ -248,7 +264,7 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
         strides *= cdiv(tiles[d] ? tiles[d] : 1, k->groups[d]);
     }
     k->local[0] = cm_invocations(&c, caps->subgroup_size), k->local[1] = 1, k->local[2] = 1;
-    const uint64_t iters = strides * (1 + cdiv((uint64_t)s->K, c.bk));
+    const uint64_t iters = strides * (1 + cdiv((uint64_t)kc, c.bk));
     *used = true;
     return vk_loops_fit(caps, iters) ? MN_OK : vk_loop_fail(g, n, caps, iters, err, cap);
 }

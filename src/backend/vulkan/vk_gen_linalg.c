@@ -203,10 +203,13 @@ static bool gemm_vec_on(void) {
 static mn_status gemm_emit(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps, gemm_cfg c, int map,
                            int64_t M, int64_t N, int64_t K, int64_t kc, int64_t batch, bool a_kfast, bool b_kfast,
                            int px, char *err, size_t cap) {
-    /* a convolution of the fast contract: cooperative matrices first (not a
-     * weight gradient split into partial sums: K runs whole there) */
-    if (map != MAP_MATMUL && kc == K) {
-        const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast};
+    /* a convolution of the fast contract: cooperative matrices first (a
+     * weight gradient's partial sums too: each part its run of kc; not with
+     * MEGANEURA_COOPMAT_SPLIT=0, which leaves them to this kernel, to
+     * measure it) */
+    const char *cs = getenv("MEGANEURA_COOPMAT_SPLIT");
+    if (map != MAP_MATMUL && (kc == K || !(cs && !strcmp(cs, "0")))) {
+        const vk_gemm_shape gs = {M, N, K, batch, 0, 0, 0, 0, 0, 0, map, a_kfast, !b_kfast, kc < K ? kc : 0};
         bool used;
         mn_status st = vk_gen_coopmat_gemm(k, &used, g, n, caps, &gs, err, cap);
         if (st || used) return st;
@@ -333,7 +336,7 @@ mn_status vkgen_matmul(vk_kernel *k, const mn_graph *g, const node *n, const vk_
     vk_def_u(k, "MM_SBK", (uint64_t)sbk);
     vk_def_u(k, "MM_SBN", (uint64_t)sbn);
     const vk_gemm_shape gs = {M, N, K, batch, A->rank == 3 ? M * K : 0, sam, sak, B->rank == 3 ? K * N : 0, sbk, sbn,
-                              MAP_MATMUL, sak == 1, sbn == 1};
+                              MAP_MATMUL, sak == 1, sbn == 1, 0};
     bool used = false;
     /* the cooperative-matrix kernels index in 32 bits: a product above
      * vk_caps.index_max takes the (64-bit) tiled GEMM or gemv */

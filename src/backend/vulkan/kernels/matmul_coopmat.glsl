@@ -52,8 +52,13 @@
 // convolution loads element by element through its map, adds its bias
 // (MM_BIAS) after the products, and stores through the scratch.
 //
-// Does not: K splits, more than two stages, NV_cooperative_matrix2's
-// tensor loads.
+// A convolution's weight gradient split into partial sums (MM_MAP 3 with
+// MM_PARTS > 1: autodiff's wgrad_chunk, vk_gen_linalg.c) runs as a batch of
+// (part, group): part p multiplies its own run of k, [p*CM_KC, (p+1)*CM_KC)
+// (cm_ke ends it), into rows p*O.. of the stacked C; the graph adds the parts.
+//
+// Does not: K splits of other products, more than two stages,
+// NV_cooperative_matrix2's tensor loads.
 
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_NV_cooperative_matrix : require
@@ -89,7 +94,22 @@
 #define NT (NSG * CM_SG)
 #define FM (CM_WM / 16)
 #define FN (CM_WN / 16)
-#define KTILES ((MM_K + CM_BK - 1) / CM_BK)
+#ifndef MM_PARTS
+#define MM_PARTS 1
+#endif
+#ifndef CM_KC
+#define CM_KC MM_K // K of one part
+#endif
+#define KTILES ((CM_KC + CM_BK - 1) / CM_BK)
+// the end of the current part's k (CM_KE) and the group of a batch index
+#if MM_PARTS > 1
+uint cm_ke;
+#define CM_KE cm_ke
+#define CM_GROUP(z) ((z) % MM_GROUPS)
+#else
+#define CM_KE MM_K
+#define CM_GROUP(z) (z)
+#endif
 #define TILES_M ((MM_M + CM_BM - 1) / CM_BM)
 #define TILES_N ((MM_N + CM_BN - 1) / CM_BN)
 const uint CM_SCOPE = 3; // gl_ScopeSubgroup
@@ -196,12 +216,15 @@ uint cm_c_index(uint z, uint m, uint n) {
 }
 
 #elif MM_MAP == 3
-// conv2d weight gradient, z = group: m = o, k = (b, oh, ow), n = (ci, kh, kw)
+// conv2d weight gradient, z = group (of a part: CM_GROUP): m = o,
+// k = (b, oh, ow), n = (ci, kh, kw); C's row block z (stacked parts)
 float cm_a(uint z, uint m, uint k) {
+    z = CM_GROUP(z);
     uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
     return X1((b * CV_O + z * CV_OG + m) * (CV_OH * CV_OW) + p);
 }
 float cm_b(uint z, uint k, uint n) {
+    z = CM_GROUP(z);
     uint b = k / (CV_OH * CV_OW), p = k % (CV_OH * CV_OW);
     uint ci = n / (CV_KH * CV_KW), r = n % (CV_KH * CV_KW);
     int ih = int((p / CV_OW) * CV_SH + (r / CV_KW) * CV_DH) - CV_PH;
@@ -244,13 +267,13 @@ RA_T cm_load_a(uint z, uint m0, uint k0, uint u) {
 #if CM_RAW_A
     // words (pc.off[1] is in words, even: tensors are 64-byte aligned)
     uvec2 v = uvec2(0u);
-    if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < MM_K))
+    if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < CM_KE))
         v = bX0r.d[(pc.off[1] + (cm_a_index(z, m, k) >> 1)) >> 1];
 #elif CM_VEC_A
     vec4 v = vec4(0.0);
     // the unit is wholly inside or outside (the contiguous extent is a
     // multiple of 4, and so is every unit's first index)
-    if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < MM_K)) v = bX0v.d[(pc.off[1] + cm_a_index(z, m, k)) >> 2];
+    if ((CM_EVEN_M != 0 || m < MM_M) && (CM_EVEN_K != 0 || k < CM_KE)) v = bX0v.d[(pc.off[1] + cm_a_index(z, m, k)) >> 2];
 #else
     vec4 v = vec4(0.0);
     [[unroll]] for (uint j = 0; j < 4; j++) {
@@ -259,7 +282,7 @@ RA_T cm_load_a(uint z, uint m0, uint k0, uint u) {
 #else
         uint mm = m + j, kk = k;
 #endif
-        if ((CM_EVEN_M != 0 || mm < MM_M) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = cm_a(z, mm, kk);
+        if ((CM_EVEN_M != 0 || mm < MM_M) && (CM_EVEN_K != 0 || kk < CM_KE)) v[j] = cm_a(z, mm, kk);
     }
 #endif
     return v;
@@ -275,11 +298,11 @@ RB_T cm_load_b(uint z, uint n0, uint k0, uint u) {
 #endif
 #if CM_RAW_B
     uvec2 v = uvec2(0u);
-    if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < MM_K))
+    if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < CM_KE))
         v = bX1r.d[(pc.off[2] + (cm_b_index(z, k, n) >> 1)) >> 1];
 #elif CM_VEC_B
     vec4 v = vec4(0.0);
-    if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < MM_K)) v = bX1v.d[(pc.off[2] + cm_b_index(z, k, n)) >> 2];
+    if ((CM_EVEN_N != 0 || n < MM_N) && (CM_EVEN_K != 0 || k < CM_KE)) v = bX1v.d[(pc.off[2] + cm_b_index(z, k, n)) >> 2];
 #else
     vec4 v = vec4(0.0);
     [[unroll]] for (uint j = 0; j < 4; j++) {
@@ -288,7 +311,7 @@ RB_T cm_load_b(uint z, uint n0, uint k0, uint u) {
 #else
         uint nn = n, kk = k + j;
 #endif
-        if ((CM_EVEN_N != 0 || nn < MM_N) && (CM_EVEN_K != 0 || kk < MM_K)) v[j] = cm_b(z, kk, nn);
+        if ((CM_EVEN_N != 0 || nn < MM_N) && (CM_EVEN_K != 0 || kk < CM_KE)) v[j] = cm_b(z, kk, nn);
     }
 #endif
     return v;
@@ -342,17 +365,23 @@ void main() {
     for (uint tm = gl_WorkGroupID.x; tm < TILES_M; tm += gl_NumWorkGroups.x)
     for (uint tn = gl_WorkGroupID.y; tn < TILES_N; tn += gl_NumWorkGroups.y) {
         uint m0 = tm * CM_BM, n0 = tn * CM_BN;
+#if MM_PARTS > 1
+        uint kb = (z / MM_GROUPS) * CM_KC;
+        cm_ke = min(kb + CM_KC, MM_K);
+#else
+        const uint kb = 0u;
+#endif
         fcoopmatNV<32, CM_SCOPE, 16, 16> acc[FM][FN];
         [[unroll]] for (uint i = 0; i < FM; i++)
             [[unroll]] for (uint j = 0; j < FN; j++) acc[i][j] = fcoopmatNV<32, CM_SCOPE, 16, 16>(0.0);
 
-        cm_fetch(z, m0, n0, 0, lid);
+        cm_fetch(z, m0, n0, kb, lid);
         cm_stash(0, lid);
         barrier();
         for (uint t = 0; t < KTILES; t++) {
             uint stage = CM_STAGES == 2 ? (t & 1u) : 0u;
             bool next = t + 1 < KTILES;
-            if (next) cm_fetch(z, m0, n0, (t + 1) * CM_BK, lid);
+            if (next) cm_fetch(z, m0, n0, kb + (t + 1) * CM_BK, lid);
             uint a0 = stage * A_LEN, b0 = CM_STAGES * A_LEN + stage * B_LEN;
             [[unroll]] for (uint kk = 0; kk < CM_BK; kk += 16) {
                 fcoopmatNV<16, CM_SCOPE, 16, 16> fa[FM], fb[FN];
