@@ -534,9 +534,11 @@ typedef struct mn_dist {
     void *user;
     size_t bucket_bytes; /* gradient bytes per sum() call; 0: 4 MiB */
 } mn_dist;
-/* The arithmetic of matrix products: matmul and the convolutions (conv1d,
- * conv2d, conv_transpose2d), forward and backward (their gradients are
- * products too). Tensors are stored in f32 in every mode.
+/* The arithmetic of matrix products: matmul, the convolutions (conv1d,
+ * conv2d, conv_transpose2d) and attention's products, forward and backward
+ * (their gradients are products too). Tensors are stored in f32 in every
+ * mode. Attention rounds q, k, v, its output's gradient and the softmax
+ * weights (P, dS) that multiply them; scores and softmax sums stay f32.
  * STRICT (the default): f32 operands, f32 accumulation.
  * FAST_BF16, FAST_F16 (the fast contract): each operand element of a
  *   product is rounded to bf16 (or f16) - to nearest, ties to even; f16

@@ -1,4 +1,4 @@
-/* test_fast_contract.c - the fast contract on matrix products
+/* test_fast_contract.c - the fast contract on matrix products and attention
  * (mn_session_options.precision = FAST_BF16 / FAST_F16): operand rounding
  * to bf16 / f16 (round to nearest even), f32 accumulation, forward and
  * backward, on the CPU reference and on Vulkan (lavapipe: no cooperative
@@ -19,6 +19,10 @@
  *   against the CPU, the CPU against its f64 mode; the products of the
  *   backward pass round too: dW and dx of an MSE-trained product equal
  *   the products of the rounded operands and rounded dy, summed in double.
+ * - Attention (grouped heads, causal, a sliding window): y, dq, dk, dv of
+ *   Vulkan's row and tile kernels against the CPU emulation, which rounds
+ *   q, k, v, dout and the weights P, dS; in bf16 the fast result is 10x farther
+ *   from the strict one than Vulkan is from the emulation.
  * - Training: an MLP trained 120 steps in fast mode keeps its loss within a
  *   few percent of the strict run (CPU and Vulkan).
  * - Operand casts (MEGANEURA_FAST_CAST): A[4096, 64] @ I equals round16(A)
@@ -501,6 +505,140 @@ static void test_conv_grads(bool split) {
     mn_graph_destroy(g);
 }
 
+/* ---- attention: the fast contract's rounding (q, k, v, dout, P, dS) ----- */
+
+/* y = attention(q, k, v) (grouped heads, causal, a window when asked) under
+ * an MSE loss: y, dq, dk, dv of every backend and precision. */
+typedef struct attn_case {
+    int64_t B, Hq, Hkv, T, D, window;
+} attn_case;
+
+static bool attn_run(float *out[4], size_t cnt[4], const attn_case *c, mn_backend_kind be, mn_precision p) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_tensor q, k, v, y, t, loss;
+    mn_init un = {MN_INIT_UNIFORM, -1.0f, 1.0f};
+    CHECK_OK(mn_graph_param(g, &q, "q", 4, (int64_t[]){c->B, c->Hq, c->T, c->D}, un), "");
+    CHECK_OK(mn_graph_param(g, &k, "k", 4, (int64_t[]){c->B, c->Hkv, c->T, c->D}, un), "");
+    CHECK_OK(mn_graph_param(g, &v, "v", 4, (int64_t[]){c->B, c->Hkv, c->T, c->D}, un), "");
+    CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 4, (int64_t[]){c->B, c->Hq, c->T, c->D}), "");
+    /* scores of a few units: the weights spread over many keys */
+    mn_attention_params ap = {.causal = true, .window = c->window, .scale = 4.0f / sqrtf((float)c->D)};
+    CHECK_OK(mn_attention(g, &y, q, k, v, MN_NONE, &ap), mn_graph_error(g));
+    CHECK_OK(mn_mse(g, &loss, y, t), mn_graph_error(g));
+    CHECK_OK(mn_graph_output(g, y, "y"), "");
+    CHECK_OK(mn_graph_loss(g, loss), "");
+    const size_t ny = (size_t)(c->B * c->Hq * c->T * c->D);
+    float *tv = rnd_vec(ny, 23, 1.0f);
+    mn_session_options o = mn_session_default_options();
+    o.backend = be, o.device = be == MN_BACKEND_VULKAN ? vk : NULL;
+    o.precision = p, o.mode = MN_MODE_TRAINING, o.seed = 5;
+    session_internal_options io = {.grads_only = true};
+    mn_session *s = NULL;
+    bool ok = false;
+    CHECK_OK(session_create_ex(&s, g, &o, &io), mn_session_error(s));
+    if (!mn_session_error(s)[0]) {
+        /* every attention kernel of a fast session rounds (the dump's
+         * operands=); with the casts forced, q, k, v, dout are casts */
+        const char *fc = getenv("MEGANEURA_FAST_CAST");
+        const mn_dtype dt = p == MN_PRECISION_FAST_BF16 ? MN_BF16 : MN_F16;
+        const int rnd = p == MN_PRECISION_FAST_BF16 ? MN_ROUND_BF16 : MN_ROUND_F16;
+        const bool auto_casts = s->device && s->device->impl && s->be->casts_operands &&
+                                s->be->casts_operands(s->device->impl, rnd); /* a GPU with tensor cores */
+        const bool casts = be == MN_BACKEND_VULKAN && p != MN_PRECISION_STRICT &&
+                           (fc && *fc ? !strcmp(fc, "1") : auto_casts);
+        for (int32_t i = 0; i < s->g->n; i++) {
+            const node *n = &s->g->nodes[i];
+            if (n->op != OP_ATTENTION && n->op != OP_ATTENTION_BWD_Q && n->op != OP_ATTENTION_BWD_KV) continue;
+            CHECK_MSG((node_round16(n) != MN_ROUND_NONE) == (p != MN_PRECISION_STRICT),
+                      "attention: node %d rounds %d under precision %d", (int)i, (int)node_round16(n), (int)p);
+            for (int j = 0; j < node_round_ins(n); j++) {
+                const node *x = &s->g->nodes[n->in[j]];
+                CHECK_MSG((x->op == OP_CAST && x->dtype == dt) == casts, "attention: node %d input %d is %sa cast",
+                          (int)i, j, casts ? "not " : "");
+            }
+        }
+        CHECK_OK(mn_session_set_input(s, "t", tv, ny * 4), "");
+        CHECK_OK(session_forward_backward(s), mn_session_error(s));
+        cnt[0] = ny;
+        out[0] = malloc(ny * 4);
+        CHECK_OK(mn_session_output(s, "y", out[0], ny * 4), "");
+        static const char *names[] = {"q", "k", "v"};
+        for (int i = 0; i < 3; i++) {
+            const int32_t id = graph_find(s->g, names[i]);
+            cnt[1 + i] = (size_t)node_numel(&s->g->nodes[id]);
+            out[1 + i] = malloc(cnt[1 + i] * 4);
+            CHECK_OK(session_read_f32(s, session_grad_of(s, id), out[1 + i], cnt[1 + i]), "");
+        }
+        ok = true;
+    }
+    mn_session_destroy(s);
+    free(tv);
+    mn_graph_destroy(g);
+    return ok;
+}
+
+/* Vulkan (the row kernel and the tile kernel, forced by MEGANEURA_ATTN; on
+ * a GPU with cooperative matrices the tensor-core kernel where it takes the
+ * shape) against the CPU emulation, and the emulation against the strict
+ * CPU: the fast result differs from the strict one by what the rounding
+ * predicts (bf16: about 2^-9 a value), far more than the Vulkan-vs-CPU
+ * gate, so a backend that skipped any of the roundings fails. */
+static void test_attention(void) {
+    static const attn_case cases[] = {
+        {2, 4, 2, 80, 64, 0},  /* GQA, causal, a partial last block */
+        {1, 3, 1, 136, 32, 48}, /* a sliding window, D 32 */
+    };
+    /* the last: the tile kernel on operands the session cast (the GPU's
+     * graph, MEGANEURA_FAST_CAST=1): no rounding in its loads, same values */
+    static const char *const kern[] = {"auto", "rows", "tiles", "tiles+casts"};
+    static const char *const what[] = {"y", "dq", "dk", "dv"};
+    for (size_t ci = 0; ci < MN_ARRAY_LEN(cases); ci++) {
+        const attn_case *c = &cases[ci];
+        float *strict[4] = {0};
+        size_t cnt[4] = {0};
+        attn_run(strict, cnt, c, MN_BACKEND_CPU, MN_PRECISION_STRICT);
+        for (int p = 1; p < 3; p++) {
+            float *cpu[4] = {0};
+            if (!attn_run(cpu, cnt, c, MN_BACKEND_CPU, (mn_precision)p)) continue;
+            for (int i = 0; i < 4; i++) {
+                if (!strict[i]) continue;
+                const double e = rel_l2(cpu[i], strict[i], cnt[i]);
+                /* bf16 / f16 operands and weights: measured 2.4e-3 .. 6.1e-3 /
+                 * 3.0e-4 .. 1.9e-3 (2026-12-06) */
+                const double lo = p == 1 ? 1e-3 : 1e-4, hi = p == 1 ? 2e-2 : 5e-3;
+                CHECK_MSG(e > lo && e < hi, "attention case %zu %s %s: fast vs strict CPU rel L2 %.3g (want %.0e .. %.0e)",
+                          ci, p == 1 ? "bf16" : "f16", what[i], e, lo, hi);
+            }
+            for (size_t kk = 0; vk && kk < MN_ARRAY_LEN(kern); kk++) {
+                setenv("MEGANEURA_ATTN", kk == 3 ? "tiles" : kern[kk], 1);
+                if (kk == 3) setenv("MEGANEURA_FAST_CAST", "1", 1);
+                float *gpu[4] = {0};
+                size_t gcnt[4] = {0};
+                if (attn_run(gpu, gcnt, c, MN_BACKEND_VULKAN, (mn_precision)p))
+                    for (int i = 0; i < 4; i++) {
+                        /* the forward's weights are rounded against a running
+                         * power of two (the CPU: the row's), which gives the same
+                         * values except f16 subnormals (weights below 2^-14 of the
+                         * reference); f32 sums against double: measured at most
+                         * 2.0e-5 (bf16) and 4.6e-5 (f16) on lavapipe, 1.1e-4
+                         * (f16 dq) on an H100; the fast rule itself moves them
+                         * 12-300x more in bf16 (the runs that catch a rounding
+                         * skipped), 1-40x in f16 */
+                        const double e = rel_l2(gpu[i], cpu[i], cnt[i]);
+                        CHECK_MSG(e < (p == 1 ? 2e-4 : 3e-4), "attention case %zu %s %s (%s kernel): Vulkan vs CPU emulation rel L2 %.3g",
+                                  ci, p == 1 ? "bf16" : "f16", what[i], kern[kk], e);
+                    }
+                for (int i = 0; i < 4; i++) free(gpu[i]);
+            }
+            unsetenv("MEGANEURA_ATTN");
+            unsetenv("MEGANEURA_FAST_CAST");
+            for (int i = 0; i < 4; i++) free(cpu[i]);
+        }
+        for (int i = 0; i < 4; i++) free(strict[i]);
+    }
+}
+
 /* ---- models: forward and every gradient --------------------------------- */
 
 /* x [16, 48] -> 64 -> relu -> 32 -> relu -> 10 classes; or a CNN
@@ -840,6 +978,7 @@ int main(void) {
     test_matmul_table();
     test_conv_grads(false);
     test_conv_grads(true);
+    test_attention();
     test_models();
     test_backward_rounding();
     test_training();

@@ -144,6 +144,28 @@ static inline mn_round16 node_round16(const node *n) {
     return (n->flags & NODE_F_ROUND_BF16) ? MN_ROUND_BF16 : (n->flags & NODE_F_ROUND_F16) ? MN_ROUND_F16 : MN_ROUND_NONE;
 }
 
+/* The fast contract's rounded nodes (NODE_F_ROUND_*, docs/ARCHITECTURE.md
+ * "Precision"): every contraction, and attention's forward, log-sum-exp and
+ * the two backward kernels (their products run on tensor cores too). */
+static inline bool op_rounds16(op_id op) {
+    return op_fuse_class(op) == FUSE_MATMUL || op == OP_ATTENTION || op == OP_ATTENTION_LSE ||
+           op == OP_ATTENTION_BWD_Q || op == OP_ATTENTION_BWD_KV;
+}
+/* How many leading inputs a rounded node reads rounded: a contraction's two
+ * operands; attention's q, k, v (the log-sum-exp too, which reads no v:
+ * its inputs stay the forward's, kir's saved lse) and dout (the backward),
+ * never the prep rows or the position. */
+#define NODE_ROUND_INS_MAX 4
+static inline int node_round_ins(const node *n) {
+    switch (n->op) {
+    case OP_ATTENTION:
+    case OP_ATTENTION_LSE: return 3;
+    case OP_ATTENTION_BWD_Q:
+    case OP_ATTENTION_BWD_KV: return 4;
+    default: return 2;
+    }
+}
+
 /* Element count (1 for rank 0). */
 int64_t node_numel(const node *n);
 /* f32, f16 or bf16: a float tensor (16-bit ones held in f32 containers,

@@ -74,13 +74,14 @@ const char *mn_precision_name(mn_precision p) {
     }
 }
 
-/* The fast contract: every contraction of the session's graph (the user's
- * and those autodiff added: the backward products) rounds its operands. */
+/* The fast contract: every contraction and attention node of the session's
+ * graph (the user's and those autodiff added: the backward products and
+ * attention's backward) rounds its operands (op_rounds16). */
 static void mark_precision(mn_graph *g, mn_precision p) {
     if (p == MN_PRECISION_STRICT) return;
     const uint32_t f = p == MN_PRECISION_FAST_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
     for (int32_t i = 0; i < g->n; i++)
-        if (op_fuse_class(g->nodes[i].op) == FUSE_MATMUL) g->nodes[i].flags |= f;
+        if (op_rounds16(g->nodes[i].op)) g->nodes[i].flags |= f;
 }
 
 /* Whether the product n is one a cooperative-matrix GEMM takes: at least
@@ -99,7 +100,8 @@ static bool cast_sized(const mn_graph *g, const node *n) {
  * device multiplies them on cooperative matrices (backend casts_operands)
  * or MEGANEURA_FAST_CAST=1 asks for it on any device of such a backend
  * (0: never; the CPU reference never casts): each operand of a
- * large product (both, never a bias) becomes cast(x, bf16 / f16), one
+ * large product (both, never a bias), and q, k, v, dout of every
+ * attention kernel, becomes cast(x, bf16 / f16), one
  * cast per tensor shared by all its products, so that the GEMM converts
  * exactly representable values (no per-element rounding in its loads,
  * which costs as much as the products on tensor cores) and each element is
@@ -148,17 +150,24 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
     g->raw_ids = true; /* library stage: handles are node indices */
     mn_status st = MN_OK;
     for (int32_t i = 0; i < n0 && !st; i++) {
-        if (op_fuse_class(g->nodes[i].op) != FUSE_MATMUL || !cast_sized(g, &g->nodes[i])) continue;
-        for (int j = 0; j < 2 && !st; j++) {
+        const op_id op = g->nodes[i].op;
+        const bool attn = op_rounds16(op) && op_fuse_class(op) != FUSE_MATMUL;
+        if (!attn && (op_fuse_class(op) != FUSE_MATMUL || !cast_sized(g, &g->nodes[i]))) continue;
+        /* the backward's attention_lse takes the forward's casts: its inputs
+         * stay the forward's, whose kernel writes it (kir's saved lse) */
+        const int pass = i >= nfwd && op != OP_ATTENTION_LSE;
+        for (int j = 0; j < (attn ? node_round_ins(&g->nodes[i]) : 2) && j < g->nodes[i].nin && !st; j++) {
             const int32_t x = g->nodes[i].in[j];
             const node *xn = &g->nodes[x];
             if ((xn->op == OP_CAST && xn->dtype == dt) || xn->dtype == MN_I32) continue;
-            int32_t *memo = &cast_of[(size_t)x * 2 + (i >= nfwd)];
+            int32_t *memo = &cast_of[(size_t)x * 2 + pass];
             if (*memo == MN_NONE) {
                 mn_tensor c;
                 if ((st = mn_cast(g, &c, x, dt))) break;
                 node *cn = &g->nodes[c];
-                cn->flags |= NODE_F_PACK16;
+                /* packed for the GEMMs; attention's loads stay f32 words (a
+                 * packed read would decode in their inner loops: unmeasured) */
+                if (!attn) cn->flags |= NODE_F_PACK16;
                 if (node_bytes(cn, 4) > pack_max) cn->flags &= ~(uint32_t)NODE_F_PACK16;
                 *memo = c;
             }

@@ -9,11 +9,13 @@
  * cpu_kernels_f32 or cpu_kernels_f64 with pointers into the arenas.
  *
  * The fast contract (NODE_F_ROUND_*: mn_session_options.precision): before a
- * contraction whose flag is set runs, its operands (inputs 0 and 1) are
- * rounded (core/round16.h: once, from the stored f32 or f64 value) into two
- * scratch buffers allocated at create, and the ordinary kernel runs on the
- * copies; it accumulates in f32 (f64 mode: f64), so the CPU stays the
- * oracle of the fast paths.
+ * node whose flag is set runs, its operands (node_round_ins of them: a
+ * contraction's inputs 0 and 1, attention's q, k, v, dout) are rounded
+ * (core/round16.h: once, from the stored f32 or f64 value) into scratch
+ * buffers allocated at create, and the ordinary kernel runs on the copies;
+ * it accumulates in f32 (f64 mode: f64), so the CPU stays the oracle of the
+ * fast paths. The attention kernels round their weights too
+ * (kernels_transformer.h).
  *
  * Does not: plan memory, order nodes, write PARAM/STATE/INPUT storage (the
  * session does, through write and fill; a zero fill of an arena nothing has
@@ -29,7 +31,7 @@ typedef struct cpu_backend {
     char *arena[MP_ARENA_COUNT];    /* NULL for an empty arena; aligned into arena_base */
     void *arena_base[MP_ARENA_COUNT];
     bool clean[MP_ARENA_COUNT];     /* still all zeros: nothing written since create */
-    void *rounded[2];               /* the fast contract: rounded copies of inputs 0 and 1 */
+    void *rounded[NODE_ROUND_INS_MAX]; /* the fast contract: rounded copies of the leading inputs */
 } cpu_backend;
 
 /* "node 12 (matmul)" or "node 3 (param 'fc1.w')" into buf. */
@@ -75,8 +77,7 @@ static void cpu_destroy(void *b) {
     cpu_backend *cb = b;
     if (!cb) return;
     for (int a = 0; a < MP_ARENA_COUNT; a++) free(cb->arena_base[a]);
-    free(cb->rounded[0]);
-    free(cb->rounded[1]);
+    for (int j = 0; j < NODE_ROUND_INS_MAX; j++) free(cb->rounded[j]);
     free(cb);
 }
 
@@ -170,18 +171,18 @@ static mn_status cpu_create(void **out, const program *p, char *err, size_t cap)
         cb->clean[a] = true;
     }
 
-    /* scratch for the rounded operands: the largest input 0 and input 1 of
-     * a flagged contraction in the order */
-    uint64_t most[2] = {0, 0};
+    /* scratch for the rounded operands: the largest input j (j <
+     * node_round_ins) of a flagged node in the order */
+    uint64_t most[NODE_ROUND_INS_MAX] = {0};
     for (int32_t i = 0; i < p->norder; i++) {
         const node *n = &p->g->nodes[p->order[i]];
         if (node_round16(n) == MN_ROUND_NONE) continue;
-        for (int j = 0; j < 2 && j < n->nin; j++) {
+        for (int j = 0; j < node_round_ins(n) && j < n->nin; j++) {
             const uint64_t b = (uint64_t)node_numel(&p->g->nodes[n->in[j]]) * rs;
             if (b > most[j]) most[j] = b;
         }
     }
-    for (int j = 0; j < 2; j++) {
+    for (int j = 0; j < NODE_ROUND_INS_MAX; j++) {
         if (!most[j]) continue;
         if (most[j] > SIZE_MAX || !(cb->rounded[j] = malloc((size_t)most[j]))) {
             mn_fmt(err, cap, "cpu: create: out of memory for the fast contract's rounded operands (%llu bytes)",
@@ -286,7 +287,7 @@ static mn_status cpu_execute(void *b, const int32_t *nodes, int32_t count, char 
             in[i] = cpu_ptr(cb, si);
         }
         const mn_round16 rnd = node_round16(n);
-        for (int i = 0; rnd != MN_ROUND_NONE && i < 2 && i < n->nin; i++) {
+        for (int i = 0; rnd != MN_ROUND_NONE && i < node_round_ins(n) && i < n->nin; i++) {
             const int64_t cnt = node_numel(&g->nodes[n->in[i]]);
             if (cb->prog.f64) {
                 const double *src = in[i];

@@ -7,7 +7,12 @@
  * suffix _f32, real = double with _f64); the type-independent helpers sit in
  * a block defined once. Attention here is the oracle: the straightforward
  * two-pass softmax per query row (the max, then the sums), every score,
- * exponential and sum in double, each result rounded once to `real`. The
+ * exponential and sum in double, each result rounded once to `real`. In the
+ * fast contract (node_round16; cpu.c rounds q, k, v and dout first) the
+ * weights that multiply a 16-bit operand are rounded too, as tensor cores
+ * take them: the forward's 2^(s log2(e) - c) (c an integer at or above
+ * the row's maximum; the sum l stays unrounded and divides the output),
+ * the backward's P (for dv) and dS (for dq and dk). The
  * head dimension is walked in chunks of KN_TR_CHUNK doubles kept on the
  * stack, so nothing is allocated. No include guard on purpose.
  *
@@ -21,6 +26,7 @@
 /* Host-written positions are clamped to [-2^29, 2^29] (as on Vulkan). */
 #define KN_TR_POS_LIMIT ((int64_t)1 << 29)
 #define KN_TR_CHUNK 64
+#define KN_TR_L2E 1.44269504088896340736 /* log2(e) */
 
 /* The i32 position input at index `at`, clamped; 0 if absent. */
 static int64_t kn_tr_pos(const node *n, void *const in[NODE_MAX_IN], int at) {
@@ -37,6 +43,7 @@ typedef struct kn_attn {
     int64_t window; /* > 0: and keys j > i + off - window */
     bool causal;
     double scale;
+    mn_round16 rnd; /* the fast contract (NODE_F_ROUND_*): the weights P and dS rounded before their products */
 } kn_attn;
 
 static void kn_attn_init(kn_attn *a, const mn_graph *g, const node *n, void *const in[NODE_MAX_IN], int pos_at) {
@@ -48,6 +55,7 @@ static void kn_attn_init(kn_attn *a, const mn_graph *g, const node *n, void *con
     a->causal = at.causal != 0;
     a->window = at.window;
     a->scale = at.scale;
+    a->rnd = node_round16(n);
     if (n->nin > pos_at) {
         const int64_t pos = kn_tr_pos(n, in, pos_at), len = pos + a->Tq;
         a->off = pos;
@@ -163,6 +171,7 @@ static double KN(attn_row)(const kn_attn *a, const real *qr, const real *kb, int
 KN_DEF(attention) {
     kn_attn a;
     kn_attn_init(&a, g, n, in, 3);
+    const mn_round16 rnd = a.rnd;
     const real *q = in[0], *k = in[1], *v = in[2];
     real *y = out;
     for (int64_t b = 0; b < a.B; b++)
@@ -172,17 +181,31 @@ KN_DEF(attention) {
                 const real *qr = q + KN_TR_QROW(a, b, h, i);
                 real *yr = y + KN_TR_QROW(a, b, h, i);
                 double m;
-                const double l = KN(attn_row)(&a, qr, kb, i, &m);
+                double l = KN(attn_row)(&a, qr, kb, i, &m);
+                /* the fast contract: the weights 2^(s log2(e) - c), c the integer
+                 * ceil(m log2(e)), rounded; their unrounded sum divides the row.
+                 * Rounding commutes with powers of two, so a kernel that
+                 * rescales by 2^k from a running reference (attention_tile.glsl
+                 * AT_REF) rounds the same weights. */
+                const double c = l > 0 ? ceil(m * KN_TR_L2E) : 0;
+                if (rnd != MN_ROUND_NONE && l > 0) {
+                    l = 0;
+                    for (int64_t j = 0; j < a.Tk; j++)
+                        if (kn_attn_valid(&a, i, j)) l += exp2(a.scale * KN_TR_L2E * KN(tr_dot)(qr, kb + j * a.D, a.D) - c);
+                }
                 for (int64_t d0 = 0; d0 < a.D; d0 += KN_TR_CHUNK) {
                     const int64_t dn = a.D - d0 < KN_TR_CHUNK ? a.D - d0 : KN_TR_CHUNK;
                     double acc[KN_TR_CHUNK] = {0};
                     for (int64_t j = 0; l > 0 && j < a.Tk; j++) {
                         if (!kn_attn_valid(&a, i, j)) continue;
-                        const double p = exp(a.scale * KN(tr_dot)(qr, kb + j * a.D, a.D) - m) / l;
+                        const double sc = a.scale * KN(tr_dot)(qr, kb + j * a.D, a.D);
+                        const double p = rnd == MN_ROUND_NONE ? exp(sc - m) / l
+                                                              : mn_round16_d(exp2(sc * KN_TR_L2E - c), rnd);
                         const real *vr = vb + j * a.D + d0;
                         for (int64_t dd = 0; dd < dn; dd++) acc[dd] += p * (double)vr[dd];
                     }
-                    for (int64_t dd = 0; dd < dn; dd++) yr[d0 + dd] = (real)acc[dd];
+                    for (int64_t dd = 0; dd < dn; dd++)
+                        yr[d0 + dd] = (real)(rnd == MN_ROUND_NONE || l <= 0 ? acc[dd] : acc[dd] / l);
                 }
             }
         }
@@ -220,6 +243,7 @@ KN_DEF(attention_bwd_prep) {
 KN_DEF(attention_bwd_q) {
     kn_attn a;
     kn_attn_init(&a, g, n, in, 5);
+    const mn_round16 rnd = a.rnd;
     const real *q = in[0], *k = in[1], *v = in[2], *dout = in[3], *prep = in[4];
     real *dq = out;
     for (int64_t b = 0; b < a.B; b++)
@@ -236,7 +260,7 @@ KN_DEF(attention_bwd_q) {
                         if (!kn_attn_valid(&a, i, j)) continue;
                         const real *kr = kb + j * a.D;
                         const double p = exp(a.scale * KN(tr_dot)(qr, kr, a.D) - lse);
-                        const double ds = p * (KN(tr_dot)(dor, vb + j * a.D, a.D) - delta);
+                        const double ds = mn_round16_d(p * (KN(tr_dot)(dor, vb + j * a.D, a.D) - delta), rnd);
                         for (int64_t dd = 0; dd < dn; dd++) acc[dd] += ds * (double)kr[d0 + dd];
                     }
                     for (int64_t dd = 0; dd < dn; dd++) dq[row * a.D + d0 + dd] = (real)(a.scale * acc[dd]);
@@ -251,6 +275,7 @@ KN_DEF(attention_bwd_q) {
 static void KN(attn_bwd_kv_one)(const kn_attn *ap, void *const in[NODE_MAX_IN], real *dkv, bool wrt_v) {
     const kn_attn a = *ap;
     const real *q = in[0], *k = in[1], *v = in[2], *dout = in[3], *prep = in[4];
+    const mn_round16 rnd = a.rnd;
     for (int64_t b = 0; b < a.B; b++)
         for (int64_t hk = 0; hk < a.Hkv; hk++)
             for (int64_t j = 0; j < a.Tk; j++) {
@@ -266,9 +291,11 @@ static void KN(attn_bwd_kv_one)(const kn_attn *ap, void *const in[NODE_MAX_IN], 
                             const real *qr = q + row * a.D, *dor = dout + row * a.D;
                             const double p = exp(a.scale * KN(tr_dot)(qr, kr, a.D) - (double)prep[2 * row]);
                             if (wrt_v) {
-                                for (int64_t dd = 0; dd < dn; dd++) acc[dd] += p * (double)dor[d0 + dd];
+                                const double pr = mn_round16_d(p, rnd);
+                                for (int64_t dd = 0; dd < dn; dd++) acc[dd] += pr * (double)dor[d0 + dd];
                             } else {
-                                const double ds = p * (KN(tr_dot)(dor, vr, a.D) - (double)prep[2 * row + 1]);
+                                const double ds =
+                                    mn_round16_d(p * (KN(tr_dot)(dor, vr, a.D) - (double)prep[2 * row + 1]), rnd);
                                 for (int64_t dd = 0; dd < dn; dd++) acc[dd] += ds * (double)qr[d0 + dd];
                             }
                         }

@@ -314,6 +314,10 @@ typedef struct vk_gemm_shape {
 /* Whether this device and MEGANEURA_COOPMAT give products of rounding rnd
  * cooperative matrices (at sizes the generator takes them). */
 bool vk_coopmat_available(const vk_caps *caps, mn_round16 rnd);
+/* Whether input j of n is already rounded as the fast contract rounds it: a
+ * cast to that dtype (the session's round_by_cast), so that any conversion
+ * to 16 bits, or the rounding itself, is exact on it (vk_gen_coopmat.c). */
+bool vk_pre_rounded(const mn_graph *g, const node *n, int j, mn_round16 rnd);
 mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const node *n, const vk_caps *caps,
                               const vk_gemm_shape *s, char *err, size_t cap);
 /* SPIR-V passes a kernel asks for by defining MN_SPIRV_PASS (vk_compile

@@ -147,10 +147,7 @@ static mn_status cm_form_of(cm_form *out, const mn_graph *g, const node *n, cons
     return MN_OK;
 }
 
-/* Whether input j of n is already rounded as the product rounds it: a
- * cast to that dtype (the session's round_by_cast), so that any conversion
- * to 16 bits is exact on it. */
-static bool cm_pre_rounded(const mn_graph *g, const node *n, int j, mn_round16 rnd) {
+bool vk_pre_rounded(const mn_graph *g, const node *n, int j, mn_round16 rnd) {
     if (j >= n->nin || n->in[j] < 0) return false;
     const node *a = &g->nodes[n->in[j]];
     return a->op == OP_CAST && a->dtype == (rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16);
@@ -245,8 +242,8 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
     vk_def(k, "CM_BF16", "%d", rnd == MN_ROUND_BF16);
     /* A is input 0 but for the weight gradient (map 3: A = dy, input 1) */
     const int ja = s->map == 3 ? 1 : 0, jb = s->map == 3 ? 0 : 1;
-    vk_def(k, "CM_EXACT_A", "%d", exact && !cm_pre_rounded(g, n, ja, rnd));
-    vk_def(k, "CM_EXACT_B", "%d", exact && !cm_pre_rounded(g, n, jb, rnd));
+    vk_def(k, "CM_EXACT_A", "%d", exact && !vk_pre_rounded(g, n, ja, rnd));
+    vk_def(k, "CM_EXACT_B", "%d", exact && !vk_pre_rounded(g, n, jb, rnd));
     vk_def(k, "CM_A_KFAST", "%d", a_kfast);
     vk_def(k, "CM_B_NFAST", "%d", b_nfast);
     vk_def(k, "CM_VA", "%d", va);

@@ -189,6 +189,28 @@ static void at_def_common(vk_kernel *k, const mn_graph *g, const node *n, const 
     vk_def(k, "AT_WRT_V", "%d", (int)a->wrt);
     vk_def_u(k, "AT_PART", (uint64_t)(a->B * a->Hkv * a->Tk * a->D)); /* an element offset: the index type */
     vk_def(k, "AT_NROWS", "%llu", (unsigned long long)a->rows);
+    /* the fast contract: q, k, v, dout (AT_RND0 .. 3: nothing for an input
+     * the session's cast already rounded, the GPU's case: rounding in the
+     * loads made the tile kernels 1.6-2.5x slower, run AL) and the weights
+     * P, dS (AT_RNDW) rounded, cpu's rule; the forward's softmax in log2
+     * units against an integer reference (attention_tile.glsl AT_REF).
+     * Strict: natural units against the running maximum itself, the scores
+     * the backward recomputes bit for bit (what keeps lse consistent with
+     * them at logits of 1e3) */
+    const mn_round16 rnd = node_round16(n);
+    const bool fast = rnd != MN_ROUND_NONE;
+    const char *fn = rnd == MN_ROUND_BF16 ? "mn_round_bf16(x)" : fast ? "mn_round_f16(x)" : "(x)";
+    vk_def(k, "AT_FAST", "%d", fast);
+    vk_def(k, "AT_RNDW(x)", "%s", fn);
+    for (int j = 0; j < 4; j++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "AT_RND%d(x)", j);
+        vk_def(k, nm, "%s", j < n->nin && !vk_pre_rounded(g, n, j, rnd) ? fn : "(x)");
+    }
+    vk_def(k, "AT_SC", "%s", fast ? "(AT_SCALE * AT_L2E)" : "AT_SCALE");
+    vk_def(k, "AT_EXP(x)", "%s", fast ? "exp2(x)" : "exp(x)");
+    vk_def(k, "AT_REF(x)", "%s", fast ? "ceil(x)" : "(x)");
+    vk_def(k, "AT_LSE_OF(m, l)", "%s", fast ? "(((m) + log2(l)) * AT_LN2)" : "((m) + log(l))");
 }
 
 /* ---- the row kernel (attention.glsl): decoding steps and small shapes ---- */

@@ -41,7 +41,10 @@
 // counts the rest (tiles, the items / AT_S of each, the AT_S-way merge) and
 // picks AT_R (hence AT_S) to keep it under the device's limit.
 //
-// Numerics: f32 throughout; dot products are plain f32 sums. The online
+// Numerics: f32 throughout (the fast contract: AT_RND0 .. 3 round q, k, v
+// and dout as they are read, unless a cast did, AT_RNDW and the weights p (relative to the running
+// maximum) and dS before their products, mathlib's rounding, the CPU's
+// rule); dot products are plain f32 sums. The online
 // rescaling keeps every exponent <= 0, so logits of 1e3 and more neither
 // overflow nor lose the softmax (tested). A row with no key writes zeros
 // (and lse -inf).
@@ -56,6 +59,13 @@
 // TR_NWG.
 // Does not: use subgroup operations or cooperative matrices (a later,
 // faster variant can slot in as another template).
+
+// AT_REF, AT_SC, AT_EXP, AT_LSE_OF (attention_tile.glsl): in the fast
+// contract the forward's softmax in log2 units against an integer
+// reference, so rescales are exact powers of two and the rounded weights do
+// not depend on the order the keys came in; strict: the running maximum
+#define AT_L2E 1.44269504088896341
+#define AT_LN2 0.693147180559945309
 
 #define AT_FWD 0
 #define AT_LSE 1
@@ -119,15 +129,15 @@ float at_fetch(uint e, int base) {
     uint c = e % AT_ITEMW;
 #if AT_OP == AT_BWD_KV
     IDX qrow = (g_qhead0 + uint(u / g_ni)) * uint(AT_TQ) + uint(g_ilo + u % g_ni);
-    if (c < AT_D) return X0(qrow * AT_D + c);
-    if (c < 2u * AT_D) return X3(qrow * AT_D + c - AT_D);
+    if (c < AT_D) return AT_RND0(X0(qrow * AT_D + c));
+    if (c < 2u * AT_D) return AT_RND3(X3(qrow * AT_D + c - AT_D));
     return X4(2u * qrow + (c - 2u * AT_D));
 #else
     IDX koff = g_kvbase + IDX(g_lo + u) * AT_D;
 #if AT_OP == AT_LSE
-    return X1(koff + c);
+    return AT_RND1(X1(koff + c));
 #else
-    return c < AT_D ? X1(koff + c) : X2(koff + c - AT_D);
+    return (c < AT_D ? AT_RND1(X1(koff + c)) : AT_RND2(X2(koff + c - AT_D)));
 #endif
 #endif
 }
@@ -249,18 +259,18 @@ void main() {
 #endif
     AT_FOR_D(d) {
 #if AT_OP == AT_BWD_KV
-        rv[d] = live ? X1(rowoff + d) : 0.0;
+        rv[d] = live ? AT_RND1(X1(rowoff + d)) : 0.0;
 #if AT_WRT_V != 1
-        vv[d] = live ? X2(rowoff + d) : 0.0;
+        vv[d] = live ? AT_RND2(X2(rowoff + d)) : 0.0;
 #endif
 #if AT_WRT_V == 2
         accv[d] = 0.0;
 #endif
 #else
-        rv[d] = live ? X0(rowoff + d) : 0.0;
+        rv[d] = live ? AT_RND0(X0(rowoff + d)) : 0.0;
 #endif
 #if AT_OP == AT_BWD_Q
-        dov[d] = live ? X3(rowoff + d) : 0.0;
+        dov[d] = live ? AT_RND3(X3(rowoff + d)) : 0.0;
 #endif
 #if AT_OP != AT_LSE
         acc[d] = 0.0;
@@ -306,13 +316,15 @@ void main() {
                 AT_FOR_D(d) dot += sh_tile[o + d] * rv[d];
                 float p = exp(dot * AT_SCALE - sh_tile[o + 2u * AT_D]);
 #if AT_WRT_V == 1
+                p = AT_RNDW(p);
                 AT_FOR_D(d) acc[d] += p * sh_tile[o + AT_D + d];
 #else
                 float dp = 0.0;
                 AT_FOR_D(d) dp += sh_tile[o + AT_D + d] * vv[d];
-                float ds = p * (dp - sh_tile[o + 2u * AT_D + 1u]);
+                float ds = AT_RNDW(p * (dp - sh_tile[o + 2u * AT_D + 1u]));
                 AT_FOR_D(d) acc[d] += ds * sh_tile[o + d];
 #if AT_WRT_V == 2
+                p = AT_RNDW(p);
                 AT_FOR_D(d) accv[d] += p * sh_tile[o + AT_D + d];
 #endif
 #endif
@@ -321,13 +333,30 @@ void main() {
                 if (!at_valid(row, j)) continue;
                 float dot = 0.0;
                 AT_FOR_D(d) dot += rv[d] * sh_tile[o + d];
-                float sc = dot * AT_SCALE;
 #if AT_OP == AT_BWD_Q
-                float p = exp(sc - lse);
+                float p = exp(dot * AT_SCALE - lse);
                 float dp = 0.0;
                 AT_FOR_D(d) dp += dov[d] * sh_tile[o + AT_D + d];
-                float ds = p * (dp - delta);
+                float ds = AT_RNDW(p * (dp - delta));
                 AT_FOR_D(d) acc[d] += ds * sh_tile[o + d];
+#else
+                float sc = dot * AT_SC;
+#if AT_FAST
+                // log2 units against an integer reference m (AT_REF), so a
+                // new reference rescales the sums by an exact power of two
+                float cf = 1.0;
+                if (!any || sc > m) {
+                    float mn = AT_REF(sc);
+                    cf = any ? AT_EXP(m - mn) : 0.0;
+                    m = mn;
+                    any = true;
+                }
+                float p = AT_EXP(sc - m);
+                l = l * cf + p;
+#if AT_OP == AT_FWD
+                p = AT_RNDW(p);
+                AT_FOR_D(d) acc[d] = acc[d] * cf + p * sh_tile[o + AT_D + d];
+#endif
 #else
                 if (!any) {
                     m = sc;
@@ -352,6 +381,7 @@ void main() {
                 }
 #endif
 #endif
+#endif
             }
         }
         barrier(); // the tile is overwritten next
@@ -374,7 +404,7 @@ void main() {
             rowany = true;
         }
     }
-    f = any ? exp(m - M) : 0.0;
+    f = any ? AT_EXP(m - M) : 0.0;
     sh_b[t] = l * f;
     memoryBarrierShared();
     barrier();
@@ -383,11 +413,11 @@ void main() {
     m = M;
 #endif
 #if AT_OP == AT_LSE
-    if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
+    if (live && s == 0u) Y(head * uint(AT_TQ) + uint(row)) = rowany ? AT_LSE_OF(m, L) : MN_NEG_INF;
 #else
 #if AT_SAVE_LSE
     // the backward's attention_lse, saved (kir.h KIR_SAVED): AT_LSE's value
-    if (live && s == 0u) AT_LSE_WR(head * uint(AT_TQ) + uint(row)) = rowany ? m + log(L) : MN_NEG_INF;
+    if (live && s == 0u) AT_LSE_WR(head * uint(AT_TQ) + uint(row)) = rowany ? AT_LSE_OF(m, L) : MN_NEG_INF;
 #endif
     float invl = rowany ? 1.0 / L : 0.0;
 #if AT_PMERGE

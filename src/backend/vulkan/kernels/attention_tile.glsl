@@ -7,9 +7,10 @@
 // AT_OP (vk_gen_transformer.c picks this template or attention.glsl, the
 // row kernel that decoding steps use):
 //   AT_FWD    rows = query rows of query head h, items = keys of its kv
-//             head. Online softmax: per tile S = scale Q K^T, the row maxima
-//             combined through shared memory, P = exp(S - m) written to
-//             shared memory, O = O * exp(m_old - m) + P V.
+//             head. Online softmax: per tile S = scale Q K^T, the row
+//             maxima combined through shared memory into the reference m,
+//             P = exp(S - m) written to shared memory, O = O exp(m_old - m)
+//             + P V (the fast contract: log2 units, AT_REF).
 //   AT_LSE    the same scores, m + log(l) per row (-inf for a row with no key)
 //   AT_BWD_Q  rows = query rows, items = keys: P = exp(S - lse),
 //             dS = P * (dO V^T - delta), dq = scale * dS K
@@ -54,7 +55,11 @@
 //
 // Numerics: f32 operands, f32 sums (fma); exp of scores minus the running
 // maximum, so nothing overflows for logits of 1e3 and more. A row with no
-// key writes zeros (lse -inf), and no gradient.
+// key writes zeros (lse -inf), and no gradient. The fast contract
+// (mathlib's rounding, the CPU's rule): q, k, v, dout rounded as they are
+// loaded (AT_RND0 .. 3: nothing where the session's cast rounded the
+// input), and the weights P (AT_RNDW) (the forward's relative to the running
+// maximum) and dS as they are stored for their products.
 //
 // Inputs: X0 q, X1 k, X2 v, then AT_FWD/AT_LSE: X3 pos; backward: X3 dout,
 // X4 prep, X5 pos. With AT_SAVE_LSE the forward also writes its rows' lse
@@ -103,6 +108,17 @@
             if ((n) % AT_RUN == 0u || v < (n))
 
 #define MN_NEG_INF uintBitsToFloat(0xff800000u)
+// AT_REF: in the fast contract the forward's softmax works in log2 units
+// (AT_SC = scale log2(e), AT_EXP = exp2) against a reference that is an
+// integer (the ceiling of the running maximum), so a rescale is an exact
+// power of two and the weights 2^(s - m), rounded to 16 bits, are the same
+// values whatever maximum a tile had seen: every kernel and the CPU round
+// the same weights (kernels_transformer.h). Strict: natural units, the
+// running maximum itself (AT_REF(x) = x), so lse = m + log(l) is built from
+// the scores the backward recomputes bit for bit. The generator defines
+// AT_SC, AT_EXP, AT_REF, AT_LSE_OF.
+#define AT_L2E 1.44269504088896341
+#define AT_LN2 0.693147180559945309
 
 // ---- index arithmetic (element offsets, 32-bit: the generator checks the
 // ---- sizes); every global index of this file is formed here
@@ -181,13 +197,13 @@ void at_fetch(uint ihead, int ibase, int cnt, uint lid) {
         if (inb) {
 #if AT_OP == AT_BWD_KV
             uint o = at_qrow(ihead, ibase + int(c)) + d;
-            v1 = X0(o);
-            v2 = X3(o);
+            v1 = AT_RND0(X0(o));
+            v2 = AT_RND3(X3(o));
 #else
             uint o = at_kvrow(ihead, ibase + int(c)) + d;
-            v1 = X1(o);
+            v1 = AT_RND1(X1(o));
 #if AT_HAS_I2
-            v2 = X2(o);
+            v2 = AT_RND2(X2(o));
 #endif
 #endif
         }
@@ -282,15 +298,15 @@ void main() {
             if (inb) {
 #if AT_OP == AT_BWD_KV
                 uint o = at_kvrow(head, row0 + int(rr)) + d;
-                v1 = X1(o);
+                v1 = AT_RND1(X1(o));
 #if AT_HAS_R2
-                v2 = X2(o);
+                v2 = AT_RND2(X2(o));
 #endif
 #else
                 uint o = at_qrow(head, row0 + int(rr)) + d;
-                v1 = X0(o);
+                v1 = AT_RND0(X0(o));
 #if AT_HAS_R2
-                v2 = X3(o);
+                v2 = AT_RND3(X3(o));
 #endif
 #endif
             }
@@ -439,7 +455,7 @@ void main() {
         [[unroll]] for (uint r = 0u; r < AT_TM; r++) {
             float mx = MN_NEG_INF;
             [[unroll]] for (uint c = 0u; c < SN; c++) {
-                float v = ok[r][c] ? s[r][c] * AT_SCALE : MN_NEG_INF;
+                float v = ok[r][c] ? s[r][c] * AT_SC : MN_NEG_INF;
                 s[r][c] = v;
                 mx = max(mx, v);
             }
@@ -450,13 +466,16 @@ void main() {
         [[unroll]] for (uint r = 0u; r < AT_TM; r++) {
             float mx = m[r];
             [[unroll]] for (uint u = 0u; u < AT_LX; u++) mx = max(mx, sMx[(ty * AT_TM + r) * AT_LX + u]);
-            // mx == -inf: no key so far; p and the sums stay 0
+            // the reference (AT_REF): the running maximum, or in the fast
+            // contract an integer at or above it (m[r] is one already); mx
+            // == -inf: no key so far, p and the sums stay 0
+            mx = AT_REF(mx);
             float mu = mx == MN_NEG_INF ? 0.0 : mx;
-            float alpha = m[r] == MN_NEG_INF ? 0.0 : exp(m[r] - mu);
+            float alpha = m[r] == MN_NEG_INF ? 0.0 : AT_EXP(m[r] - mu);
             m[r] = mx;
             float ls = 0.0;
             [[unroll]] for (uint c = 0u; c < SN; c++) {
-                float p = ok[r][c] ? exp(s[r][c] - mu) : 0.0;
+                float p = ok[r][c] ? AT_EXP(s[r][c] - mu) : 0.0;
                 ls += p;
                 s[r][c] = p;
             }
@@ -469,7 +488,7 @@ void main() {
         [[unroll]] for (uint r = 0u; r < AT_TM; r++)
             [[unroll]] for (uint c = 0u; c < SN; c++) {
                 uint it = c * AT_LX + tx;
-                sP[ty * AT_TM + r][it >> 2][it & 3u] = s[r][c];
+                sP[ty * AT_TM + r][it >> 2][it & 3u] = AT_RNDW(s[r][c]);
             }
 #endif
 #else
@@ -479,14 +498,14 @@ void main() {
                 uint it = c * AT_LX + tx;
 #if AT_OP == AT_BWD_Q
                 float p = ok[r][c] ? exp(s[r][c] * AT_SCALE - rlse[r]) : 0.0;
-                sP[ty * AT_TM + r][it >> 2][it & 3u] = p * (dp[r][c] - rdelta[r]);
+                sP[ty * AT_TM + r][it >> 2][it & 3u] = AT_RNDW(p * (dp[r][c] - rdelta[r]));
 #else
                 float p = ok[r][c] ? exp(s[r][c] * AT_SCALE - sIL[it]) : 0.0;
 #if AT_HAS_P
-                sP[ty * AT_TM + r][it >> 2][it & 3u] = p;
+                sP[ty * AT_TM + r][it >> 2][it & 3u] = AT_RNDW(p);
 #endif
 #if AT_HAS_DS
-                sS[ty * AT_TM + r][it >> 2][it & 3u] = p * (dp[r][c] - sID[it]);
+                sS[ty * AT_TM + r][it >> 2][it & 3u] = AT_RNDW(p * (dp[r][c] - sID[it]));
 #endif
 #endif
             }
@@ -543,11 +562,11 @@ void main() {
         int row = myrow + int(r);
         if (row >= AT_NROWS) continue;
 #if AT_OP == AT_LSE
-        if (tx == 0u) Y(at_lse_out(head, row)) = L > 0.0 ? m[r] + log(L) : MN_NEG_INF;
+        if (tx == 0u) Y(at_lse_out(head, row)) = L > 0.0 ? AT_LSE_OF(m[r], L) : MN_NEG_INF;
 #else
 #if AT_SAVE_LSE
         // the backward's attention_lse, saved (kir.h KIR_SAVED): AT_LSE's value
-        if (tx == 0u) AT_LSE_WR(at_lse_out(head, row)) = L > 0.0 ? m[r] + log(L) : MN_NEG_INF;
+        if (tx == 0u) AT_LSE_WR(at_lse_out(head, row)) = L > 0.0 ? AT_LSE_OF(m[r], L) : MN_NEG_INF;
 #endif
         float invl = L > 0.0 ? 1.0 / L : 0.0;
         uint ro = at_orow(head, row);
