@@ -7,6 +7,7 @@
  *
  *   meganeura_bench_attn [--backend vulkan|cpu] [--runs R] [--warmup W]
  *                        [--layers L] [--only CASE,...]
+ *                        [--precision strict|bf16|f16]
  *
  * Cases: fwd and train at b1t128, b8t512, b1t2048 (causal, Tq = Tk = T),
  * decode at dec512 and dec2048 (one row over that many cached keys, the
@@ -23,7 +24,10 @@
  * kernels do more (the backward recomputes the scores in the lse, dq and
  * dk/dv kernels), which the count leaves out on purpose. "bwd_ms" is the
  * train time less the forward time of the same shape in the same run.
- * The tuning knobs in effect (MEGANEURA_ATTN, MEGANEURA_ATTN_TILE,
+ * --precision: the session's (default strict; bf16 / f16: the fast
+ * contract, on a device with cooperative matrices the tensor-core kernel,
+ * attention_coopmat.glsl). The tuning knobs in effect (MEGANEURA_ATTN,
+ * MEGANEURA_ATTN_COOPMAT, MEGANEURA_ATTN_TILE,
  * MEGANEURA_ATTN_RUN, MEGANEURA_ATTN_PREFETCH; docs/PERF.md) are echoed in
  * each line; MEGANEURA_PROFILE=1 adds the per-kernel GPU times on stderr.
  *
@@ -88,8 +92,10 @@ static const char *env_or(const char *name, const char *dflt) {
 
 /* The JSON fields of the knobs in effect. */
 static void print_knobs(void) {
-    printf("\"attn\": \"%s\", \"attn_tile\": \"%s\", \"attn_run\": \"%s\", \"attn_prefetch\": \"%s\"",
-           env_or("MEGANEURA_ATTN", "auto"), env_or("MEGANEURA_ATTN_TILE", ""), env_or("MEGANEURA_ATTN_RUN", "4"),
+    printf("\"attn\": \"%s\", \"attn_coopmat\": \"%s\", \"attn_tile\": \"%s\", \"attn_run\": \"%s\", "
+           "\"attn_prefetch\": \"%s\"",
+           env_or("MEGANEURA_ATTN", "auto"), env_or("MEGANEURA_ATTN_COOPMAT", ""), env_or("MEGANEURA_ATTN_TILE", ""),
+           env_or("MEGANEURA_ATTN_RUN", "4"),
            env_or("MEGANEURA_ATTN_PREFETCH", "default"));
 }
 
@@ -117,6 +123,8 @@ static mn_status build(mn_graph *g, const bcase *c, int L) {
 }
 
 /* Median ms per layer of `runs` runs after `warmup`; -1 on failure. */
+static mn_precision g_precision = MN_PRECISION_STRICT;
+
 static double measure(const bcase *c, mn_backend_kind be, bool train, int L, int runs, int warmup, double *build_s) {
     mn_graph *g = NULL;
     mn_session *s = NULL;
@@ -135,6 +143,7 @@ static double measure(const bcase *c, mn_backend_kind be, bool train, int L, int
     o.optim = mn_optimizer_default(MN_OPTIM_SGD);
     o.optim.lr = 1e-6f;
     o.nonfinite = MN_NONFINITE_UNCHECKED;
+    o.precision = g_precision;
     const double t0 = now_s();
     if (mn_session_create(&s, g, &o) != MN_OK) {
         die(c->name, mn_session_error(s));
@@ -165,9 +174,10 @@ static void print_line(const bcase *c, const char *what, mn_backend_kind be, int
     printf("{\"bench\": \"attn\", \"impl\": \"meganeura\", \"backend\": \"%s\", \"case\": \"%s\", \"mode\": \"%s\", "
            "\"B\": %" PRId64 ", \"Hq\": %d, \"Hkv\": %d, \"Tq\": %" PRId64 ", \"Tk\": %" PRId64
            ", \"D\": %d, \"causal\": true, \"layers\": %d, \"runs\": %d, \"ms\": %.4f, \"gflop\": %.4f, "
-           "\"tflops\": %.3f, \"build_s\": %.3f, ",
+           "\"tflops\": %.3f, \"build_s\": %.3f, \"precision\": \"%s\", ",
            be == MN_BACKEND_VULKAN ? "vulkan" : "cpu", c->name, what, c->B, HQ, HKV, c->Tq, c->Tk, HD, L, runs, ms,
-           1e-9 * flops, ms > 0 ? 1e-9 * flops / ms : 0.0, build_s);
+           1e-9 * flops, ms > 0 ? 1e-9 * flops / ms : 0.0, build_s,
+           g_precision == MN_PRECISION_FAST_BF16 ? "bf16" : g_precision == MN_PRECISION_FAST_F16 ? "f16" : "strict");
     if (fwd_ms > 0)
         printf("\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"bwd_over_fwd\": %.3f, ", fwd_ms, ms - fwd_ms,
                (ms - fwd_ms) / fwd_ms);
@@ -195,10 +205,15 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--warmup") == 0 && v) warmup = atoi(v), i++;
         else if (strcmp(a, "--layers") == 0 && v) L = atoi(v), i++;
         else if (strcmp(a, "--only") == 0 && v) only = v, i++;
-        else {
+        else if (strcmp(a, "--precision") == 0 && v && (!strcmp(v, "strict") || !strcmp(v, "bf16") || !strcmp(v, "f16"))) {
+            g_precision = !strcmp(v, "bf16") ? MN_PRECISION_FAST_BF16
+                          : !strcmp(v, "f16") ? MN_PRECISION_FAST_F16
+                                              : MN_PRECISION_STRICT;
+            i++;
+        } else {
             fprintf(stderr,
                     "usage: meganeura_bench_attn [--backend vulkan|cpu] [--runs R] [--warmup W] [--layers L] "
-                    "[--only b1t128,b8t512,b1t2048,dec512,dec2048]\n");
+                    "[--only b1t128,b8t512,b1t2048,dec512,dec2048] [--precision strict|bf16|f16]\n");
             return 2;
         }
     }

@@ -513,7 +513,9 @@ typedef struct attn_case {
     int64_t B, Hq, Hkv, T, D, window;
 } attn_case;
 
-static bool attn_run(float *out[4], size_t cnt[4], const attn_case *c, mn_backend_kind be, mn_precision p) {
+/* *tc (may be NULL): the device multiplies this rounding on cooperative
+ * matrices (then the tensor-core attention kernel runs by default) */
+static bool attn_run(float *out[4], size_t cnt[4], const attn_case *c, mn_backend_kind be, mn_precision p, bool *tc) {
     mn_graph *g;
     mn_graph_create(&g);
     mn_tensor q, k, v, y, t, loss;
@@ -545,6 +547,7 @@ static bool attn_run(float *out[4], size_t cnt[4], const attn_case *c, mn_backen
         const int rnd = p == MN_PRECISION_FAST_BF16 ? MN_ROUND_BF16 : MN_ROUND_F16;
         const bool auto_casts = s->device && s->device->impl && s->be->casts_operands &&
                                 s->be->casts_operands(s->device->impl, rnd); /* a GPU with tensor cores */
+        if (tc) *tc = auto_casts;
         const bool casts = be == MN_BACKEND_VULKAN && p != MN_PRECISION_STRICT &&
                            (fc && *fc ? !strcmp(fc, "1") : auto_casts);
         for (int32_t i = 0; i < s->g->n; i++) {
@@ -589,18 +592,20 @@ static void test_attention(void) {
         {2, 4, 2, 80, 64, 0},  /* GQA, causal, a partial last block */
         {1, 3, 1, 136, 32, 48}, /* a sliding window, D 32 */
     };
-    /* the last: the tile kernel on operands the session cast (the GPU's
-     * graph, MEGANEURA_FAST_CAST=1): no rounding in its loads, same values */
-    static const char *const kern[] = {"auto", "rows", "tiles", "tiles+casts"};
+    /* tiles+casts: the tile kernel on operands the session cast (the GPU's
+     * graph, MEGANEURA_FAST_CAST=1): no rounding in its loads, same values;
+     * coopmat: the tensor-core kernel required (a session error if any
+     * attention node does not take it), on devices that have one */
+    static const char *const kern[] = {"auto", "rows", "tiles", "tiles+casts", "coopmat"};
     static const char *const what[] = {"y", "dq", "dk", "dv"};
     for (size_t ci = 0; ci < MN_ARRAY_LEN(cases); ci++) {
         const attn_case *c = &cases[ci];
         float *strict[4] = {0};
         size_t cnt[4] = {0};
-        attn_run(strict, cnt, c, MN_BACKEND_CPU, MN_PRECISION_STRICT);
+        attn_run(strict, cnt, c, MN_BACKEND_CPU, MN_PRECISION_STRICT, NULL);
         for (int p = 1; p < 3; p++) {
             float *cpu[4] = {0};
-            if (!attn_run(cpu, cnt, c, MN_BACKEND_CPU, (mn_precision)p)) continue;
+            if (!attn_run(cpu, cnt, c, MN_BACKEND_CPU, (mn_precision)p, NULL)) continue;
             for (int i = 0; i < 4; i++) {
                 if (!strict[i]) continue;
                 const double e = rel_l2(cpu[i], strict[i], cnt[i]);
@@ -610,12 +615,14 @@ static void test_attention(void) {
                 CHECK_MSG(e > lo && e < hi, "attention case %zu %s %s: fast vs strict CPU rel L2 %.3g (want %.0e .. %.0e)",
                           ci, p == 1 ? "bf16" : "f16", what[i], e, lo, hi);
             }
+            bool tc = false;
             for (size_t kk = 0; vk && kk < MN_ARRAY_LEN(kern); kk++) {
+                if (kk == 4 && !tc) continue; /* no cooperative matrices (lavapipe) */
                 setenv("MEGANEURA_ATTN", kk == 3 ? "tiles" : kern[kk], 1);
                 if (kk == 3) setenv("MEGANEURA_FAST_CAST", "1", 1);
                 float *gpu[4] = {0};
                 size_t gcnt[4] = {0};
-                if (attn_run(gpu, gcnt, c, MN_BACKEND_VULKAN, (mn_precision)p))
+                if (attn_run(gpu, gcnt, c, MN_BACKEND_VULKAN, (mn_precision)p, kk == 0 ? &tc : NULL))
                     for (int i = 0; i < 4; i++) {
                         /* the forward's weights are rounded against a running
                          * power of two (the CPU: the row's), which gives the same

@@ -32,6 +32,7 @@
 #include "backend/vulkan/vk_util.h"
 #include "graph/graph.h"
 #include "harness.h"
+#include "autodiff/autodiff.h"
 #include "kir/kir.h"
 
 static const vk_caps h200 = {.subgroup_size = 32,
@@ -529,6 +530,132 @@ static void test_hostile_modules(void) {
     mn_graph_destroy(g);
 }
 
+/* ---- attention on cooperative matrices (attention_coopmat.glsl) ---------- */
+
+/* q [B,Hq,T,D], k, v [B,Hkv,Tk,D] params -> attention -> sum: the forward
+ * and, from autodiff, the backward's lse, dq and dk/dv nodes. */
+static mn_graph *attn_graph(int64_t B, int64_t Hq, int64_t Hkv, int64_t T, int64_t Tk, int64_t D, bool causal,
+                            int64_t window) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    mn_init un = {MN_INIT_UNIFORM, -1.0f, 1.0f};
+    mn_tensor q, k, v, y, loss;
+    CHECK_OK(mn_graph_param(g, &q, "q", 4, (int64_t[]){B, Hq, T, D}, un), mn_graph_error(g));
+    CHECK_OK(mn_graph_param(g, &k, "k", 4, (int64_t[]){B, Hkv, Tk, D}, un), mn_graph_error(g));
+    CHECK_OK(mn_graph_param(g, &v, "v", 4, (int64_t[]){B, Hkv, Tk, D}, un), mn_graph_error(g));
+    mn_attention_params p = {causal, window, 0.0f};
+    CHECK_OK(mn_attention(g, &y, q, k, v, MN_NONE, &p), mn_graph_error(g));
+    CHECK_OK(mn_sum(g, &loss, y, MN_ALL_AXES, false), mn_graph_error(g));
+    CHECK_OK(mn_graph_loss(g, loss), mn_graph_error(g));
+    int32_t *grads = NULL;
+    CHECK_OK(autodiff_build(g, g->loss, MN_NONE, &grads), mn_graph_error(g));
+    free(grads);
+    return g;
+}
+
+static bool is_attention(op_id op) {
+    return op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_ATTENTION_BWD_Q || op == OP_ATTENTION_BWD_KV;
+}
+
+/* Every attention node of each shape, bf16 and f16, KHR and NV, the table's
+ * configuration and the knob's: the tensor-core kernel, compiled and
+ * validated; in strict precision (no rounding) and where the knob asks for
+ * the FMA kernel, not it. */
+static void test_attention(void) {
+    static const struct {
+        int64_t B, Hq, Hkv, T, Tk, D;
+        bool causal;
+        int64_t window;
+    } shapes[] = {
+        {2, 9, 3, 512, 512, 64, true, 0},  /* SmolLM2's heads */
+        {1, 6, 6, 80, 80, 64, false, 0},   /* a partial block */
+        {1, 3, 1, 136, 136, 32, true, 48}, /* a window, D 32 */
+        {1, 2, 2, 64, 77, 128, false, 0},  /* cross-attention, D 128 */
+    };
+    static const char *const cfg[] = {NULL, "2x32", "4x64"};
+    int seen[4] = {0};
+    for (size_t si = 0; si < MN_ARRAY_LEN(shapes); si++) {
+        mn_graph *g = attn_graph(shapes[si].B, shapes[si].Hq, shapes[si].Hkv, shapes[si].T, shapes[si].Tk,
+                                 shapes[si].D, shapes[si].causal, shapes[si].window);
+        for (int32_t id = 0; id < g->n; id++) {
+            node *n = &g->nodes[id];
+            if (!is_attention(n->op)) continue;
+            for (int variant = 0; variant < 6; variant++) {
+                /* 0..2: bf16 KHR with each configuration; 3: f16 KHR; 4: f16 NV; 5: strict */
+                const mn_round16 rnd = variant == 5 ? MN_ROUND_NONE : variant >= 3 ? MN_ROUND_F16 : MN_ROUND_BF16;
+                const char *form = variant == 4 ? "nv" : "auto", *c = variant < 3 ? cfg[variant] : NULL;
+                /* 4x64 does not fit 48 KiB at D 128, nor for dk/dv */
+                if (c && !strcmp(c, "4x64") && (shapes[si].D == 128 || n->op == OP_ATTENTION_BWD_KV)) continue;
+                n->flags &= ~(uint32_t)(NODE_F_ROUND_BF16 | NODE_F_ROUND_F16);
+                if (rnd != MN_ROUND_NONE) n->flags |= rnd == MN_ROUND_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
+                setenv("MEGANEURA_COOPMAT", form, 1);
+                if (c) setenv("MEGANEURA_ATTN_COOPMAT", c, 1);
+                char what[256], err[512] = "";
+                snprintf(what, sizeof what, "%s %%%d shape %zu %s form=%s cfg=%s", op_table[n->op].name, id, si,
+                         rnd == MN_ROUND_NONE ? "strict" : round_name(rnd), form, c ? c : "table");
+                vk_kernel *k = calloc(1, sizeof *k);
+                mn_status st = vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err);
+                CHECK_MSG(st == MN_OK, "%s: codegen: %s", what, err);
+                const bool cm = !st && k->tmpl && !strcmp(k->tmpl, "attention_coopmat");
+                CHECK_MSG(st || cm == (rnd != MN_ROUND_NONE), "%s: template %s", what, k->tmpl ? k->tmpl : "(none)");
+                if (cm) {
+                    check_kernel(k, what, variant != 4, rnd == MN_ROUND_BF16);
+                    seen[n->op == OP_ATTENTION ? 0 : n->op == OP_ATTENTION_LSE ? 1 : n->op == OP_ATTENTION_BWD_Q ? 2 : 3]++;
+                }
+                /* the FMA tile kernel where the knob asks for it */
+                if (rnd != MN_ROUND_NONE && variant == 3) {
+                    setenv("MEGANEURA_ATTN", "tiles", 1);
+                    st = vk_codegen_node(k, g, id, NULL, &h200, err, sizeof err);
+                    CHECK_MSG(st == MN_OK && k->tmpl && strcmp(k->tmpl, "attention_coopmat") != 0,
+                              "%s: MEGANEURA_ATTN=tiles gives %s (%s)", what, k->tmpl ? k->tmpl : "(none)", err);
+                    unsetenv("MEGANEURA_ATTN");
+                }
+                free(k);
+                unsetenv("MEGANEURA_COOPMAT");
+                unsetenv("MEGANEURA_ATTN_COOPMAT");
+            }
+        }
+        mn_graph_destroy(g);
+    }
+    CHECK_MSG(seen[0] && seen[1] && seen[2] && seen[3], "attention kernels: fwd %d, lse %d, dq %d, dk/dv %d", seen[0],
+              seen[1], seen[2], seen[3]);
+}
+
+/* The tensor-core attention's knobs: a bad value, a configuration that does
+ * not fit, and MEGANEURA_ATTN=coopmat where the kernel cannot run are
+ * errors that name them. */
+static void test_attention_knobs(void) {
+    mn_graph *g = attn_graph(1, 2, 2, 64, 64, 64, true, 0);
+    int32_t fwd = -1;
+    for (int32_t id = 0; id < g->n; id++)
+        if (g->nodes[id].op == OP_ATTENTION) fwd = id;
+    CHECK(fwd >= 0);
+    static const struct {
+        const char *var, *val, *want;
+        bool rounded;
+    } cases[] = {
+        {"MEGANEURA_ATTN_COOPMAT", "4x65", "MEGANEURA_ATTN_COOPMAT='4x65'", true},
+        {"MEGANEURA_ATTN_COOPMAT", "x", "want SxN", true},
+        {"MEGANEURA_ATTN_COOPMAT", "16x256", "more shared memory", true},
+        {"MEGANEURA_ATTN", "coopmat", "not rounded", false},
+        {"MEGANEURA_ATTN", "tensor", "want auto, rows, tiles or coopmat", true},
+    };
+    for (size_t i = 0; fwd >= 0 && i < MN_ARRAY_LEN(cases); i++) {
+        node *n = &g->nodes[fwd];
+        n->flags &= ~(uint32_t)(NODE_F_ROUND_BF16 | NODE_F_ROUND_F16);
+        if (cases[i].rounded) n->flags |= NODE_F_ROUND_BF16;
+        setenv(cases[i].var, cases[i].val, 1);
+        vk_kernel *k = calloc(1, sizeof *k);
+        char err[512] = "";
+        mn_status st = vk_codegen_node(k, g, fwd, NULL, &h200, err, sizeof err);
+        CHECK_MSG(st != MN_OK && strstr(err, cases[i].want), "%s=%s: status %d, '%s' (want '%s')", cases[i].var,
+                  cases[i].val, (int)st, err, cases[i].want);
+        free(k);
+        unsetenv(cases[i].var);
+    }
+    mn_graph_destroy(g);
+}
+
 int main(void) {
     snprintf(spv_path, sizeof spv_path, "/tmp/mn_coopmat_%d.spv", (int)getpid());
     compiler = shaderc_compiler_initialize();
@@ -539,6 +666,8 @@ int main(void) {
     test_conv();
     test_knob_errors();
     test_fused();
+    test_attention();
+    test_attention_knobs();
     test_refusals();
     test_hostile_modules();
     shaderc_compiler_release(compiler);

@@ -369,13 +369,13 @@ const char *vk_template(const char *name) {
 
 char *vk_codegen_source(const vk_kernel *k) {
     const char *pre = vk_template("preamble"), *math = vk_template("mathlib");
-    const char *body = k->tmpl ? vk_template(k->tmpl) : NULL;
-    if (!pre || !math || !body) return NULL;
+    const char *body = k->tmpl ? vk_template(k->tmpl) : NULL, *lib = k->lib ? vk_template(k->lib) : "";
+    if (!pre || !math || !body || !lib) return NULL;
     char head[160];
     snprintf(head, sizeof head, "#define LOCAL_X %u\n#define LOCAL_Y %u\n#define LOCAL_Z %u\n", k->local[0],
              k->local[1], k->local[2]);
     const char *code = k->code ? k->code : "";
-    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(code) + strlen(body) + sizeof VK_INT64_EXT + 64;
+    size_t n = strlen(head) + k->dlen + strlen(pre) + strlen(math) + strlen(code) + strlen(lib) + strlen(body) + sizeof VK_INT64_EXT + 64;
     char *s = malloc(n);
     if (!s) return NULL;
     /* #version must come first: it is cut out of the preamble and put first,
@@ -392,6 +392,6 @@ char *vk_codegen_source(const vk_kernel *k) {
     /* 64-bit literals in the defines need the extension before them */
     if (k->idx64) at += (size_t)snprintf(s + at, n - at, "%s", VK_INT64_EXT);
     at += (size_t)snprintf(s + at, n - at, "%s%s", head, k->defines);
-    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s%s", ver_end + 1, math, code, body);
+    at += (size_t)snprintf(s + at, n - at, "%s\n%s\n%s%s%s", ver_end + 1, math, code, lib, body);
     return s;
 }

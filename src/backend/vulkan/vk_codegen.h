@@ -116,6 +116,7 @@ static inline bool vk_loops_fit(const vk_caps *c, uint64_t iterations) {
 
 typedef struct vk_kernel {
     const char *tmpl;   /* template name; NULL = nothing to dispatch (views) */
+    const char *lib;    /* a template placed right before tmpl's (helpers two templates share), or NULL */
     char defines[VK_DEFINES_CAP];
     size_t dlen;
     uint32_t local[3];  /* workgroup size */
@@ -314,6 +315,10 @@ typedef struct vk_gemm_shape {
 /* Whether this device and MEGANEURA_COOPMAT give products of rounding rnd
  * cooperative matrices (at sizes the generator takes them). */
 bool vk_coopmat_available(const vk_caps *caps, mn_round16 rnd);
+/* The same, and if so defines in k the MN_SPIRV_PASS that the device's form
+ * needs (KHR: vk_compile rewrites glslang's NV SPIR-V; NV: none), for a
+ * kernel written as kernels/matmul_coopmat.glsl is (attention_coopmat). */
+bool vk_coopmat_def_pass(vk_kernel *k, const vk_caps *caps, mn_round16 rnd);
 /* Whether input j of n is already rounded as the fast contract rounds it: a
  * cast to that dtype (the session's round_by_cast), so that any conversion
  * to 16 bits, or the rounding itself, is exact on it (vk_gen_coopmat.c). */

@@ -139,6 +139,19 @@ bool vk_coopmat_available(const vk_caps *caps, mn_round16 rnd) {
     return rnd != MN_ROUND_NONE && cm_form_env(&f, getenv("MEGANEURA_COOPMAT"), caps, rnd) && f != CM_FORM_NONE;
 }
 
+static void cm_def_pass(vk_kernel *k, cm_form form, mn_round16 rnd) {
+    if (form == CM_FORM_KHR)
+        vk_def(k, "MN_SPIRV_PASS", "%s", rnd == MN_ROUND_BF16 ? VK_SPIRV_PASS_COOPMAT_BF16 : VK_SPIRV_PASS_COOPMAT);
+}
+
+bool vk_coopmat_def_pass(vk_kernel *k, const vk_caps *caps, mn_round16 rnd) {
+    cm_form f;
+    if (rnd == MN_ROUND_NONE || !cm_form_env(&f, getenv("MEGANEURA_COOPMAT"), caps, rnd) || f == CM_FORM_NONE)
+        return false;
+    cm_def_pass(k, f, rnd);
+    return true;
+}
+
 /* The form this device and MEGANEURA_COOPMAT give the rounding, or NONE. */
 static mn_status cm_form_of(cm_form *out, const mn_graph *g, const node *n, const vk_caps *caps, mn_round16 rnd,
                             char *err, size_t cap) {
@@ -225,8 +238,7 @@ mn_status vk_gen_coopmat_gemm(vk_kernel *k, bool *used, const mn_graph *g, const
      * group's MM_EPILOGUE) */
     const bool direct = mm && even_m && even_n && s->N % 4 == 0;
     k->tmpl = "matmul_coopmat";
-    if (form == CM_FORM_KHR)
-        vk_def(k, "MN_SPIRV_PASS", "%s", rnd == MN_ROUND_BF16 ? VK_SPIRV_PASS_COOPMAT_BF16 : VK_SPIRV_PASS_COOPMAT);
+    cm_def_pass(k, form, rnd);
     vk_def(k, "MM_MAP", "%d", s->map);
     vk_def(k, "MM_M", "%lldu", (long long)s->M);
     vk_def(k, "MM_N", "%lldu", (long long)s->N);

@@ -12,7 +12,11 @@
  *   attention      flash-attention style: one workgroup per (batch, head,
  *                  block of rows), the other side streamed through shared
  *                  memory in tiles; AT_OP picks forward, lse, dq, dk/dv or
- *                  the per-row prep (lse, delta)
+ *                  the per-row prep (lse, delta); the row kernel
+ *                  (attention.glsl), the FMA tile kernel (attention_tile)
+ *                  and, in the fast contract on cooperative matrices, the
+ *                  tensor-core one (attention_coopmat), the two block
+ *                  kernels after attention_common (vk_kernel.lib)
  *   kv_append      one invocation per new element, written in place
  *
  * Every shape, the mask parameters and the scale are #defines; the
@@ -298,6 +302,7 @@ static mn_status gen_attention_rows(vk_kernel *k, const mn_graph *g, const node 
     const uint32_t S = local / R;
     const uint64_t nblk = (a->rows + R - 1) / R;
     k->tmpl = "attention";
+    k->lib = "attention_common";
     at_def_common(k, g, n, a);
     vk_def(k, "AT_DU", "%lluu", (unsigned long long)at_du(caps, D));
     vk_def(k, "AT_D_ONE_RUN", "%d", at_du(caps, D) == (uint64_t)D);
@@ -384,8 +389,10 @@ static const at_tile at_cands[4][8] = {
 };
 
 /* Tuning knobs (docs/PERF.md): MEGANEURA_ATTN = auto (default) | rows (the
- * row kernel everywhere, the kernels before the tiles) | tiles (the tile
- * kernel wherever a configuration fits); MEGANEURA_ATTN_TILE = a comma list
+ * row kernel everywhere, the kernels before the tiles) | tiles (the FMA tile
+ * kernel wherever a configuration fits) | coopmat (the tensor-core kernel,
+ * an error where it does not take the node); MEGANEURA_ATTN_COOPMAT = SxN
+ * (the tensor-core kernel's subgroups and items per tile); MEGANEURA_ATTN_TILE = a comma list
  * of op=BMxBNxTMxLX with op fwd, lse, dq or dkv (that configuration, as
  * given, for every node of the op); MEGANEURA_ATTN_RUN = N | full: the
  * tile kernel's head-dimension and item loops run in unrolled runs of N
@@ -397,7 +404,8 @@ static const at_tile at_cands[4][8] = {
 #define AT_RUN_DEFAULT 4
 #define AT_RUN_FULL 1024
 typedef struct at_knobs {
-    int kernel; /* 0 auto, 1 rows, 2 tiles */
+    int kernel; /* 0 auto, 1 rows, 2 tiles, 3 coopmat */
+    uint32_t cm_nsg, cm_bn; /* MEGANEURA_ATTN_COOPMAT: 0 0 the table's */
     uint32_t run; /* 0: the device's default */
     int prefetch; /* -1: the device's default */
     bool have[4];
@@ -414,8 +422,9 @@ static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, c
         if (strcmp(e, "auto") == 0) kn->kernel = 0;
         else if (strcmp(e, "rows") == 0) kn->kernel = 1;
         else if (strcmp(e, "tiles") == 0) kn->kernel = 2;
+        else if (strcmp(e, "coopmat") == 0) kn->kernel = 3;
         else {
-            snprintf(msg, sizeof msg, "MEGANEURA_ATTN='%.64s': want auto, rows or tiles", e);
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN='%.64s': want auto, rows, tiles or coopmat", e);
             return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
         }
     }
@@ -437,6 +446,19 @@ static mn_status at_knobs_read(at_knobs *kn, const mn_graph *g, const node *n, c
             return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
         }
         kn->prefetch = e[0] - '0';
+    }
+    e = getenv("MEGANEURA_ATTN_COOPMAT");
+    if (e && *e) {
+        unsigned a = 0, b = 0;
+        int used = 0;
+        if (sscanf(e, "%ux%u%n", &a, &b, &used) != 2 || e[used] != 0 || a < 1 || a > 16 || b < 16 || b > 256 ||
+            b % 16 != 0) {
+            snprintf(msg, sizeof msg,
+                     "MEGANEURA_ATTN_COOPMAT='%.64s': want SxN, S subgroups (1 .. 16) and N items a tile (16 .. 256, "
+                     "a multiple of 16)", e);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        kn->cm_nsg = a, kn->cm_bn = b;
     }
     e = getenv("MEGANEURA_ATTN_TILE");
     for (const char *p = e; p && *p;) {
@@ -520,6 +542,7 @@ static mn_status gen_attention_tile(vk_kernel *k, const mn_graph *g, const node 
                                     size_t cap) {
     const uint64_t nblk = (a->rows + t.bm - 1) / t.bm, nt = (uint64_t)t.bm / t.tm * t.lx;
     k->tmpl = "attention_tile";
+    k->lib = "attention_common";
     at_def_common(k, g, n, a);
     vk_def(k, "AT_DP", "%lluu", (unsigned long long)at_tile_dp(a->D, t.lx));
     vk_def(k, "AT_PADDED", "%d", at_tile_dp(a->D, t.lx) != (uint64_t)a->D);
@@ -532,6 +555,112 @@ static mn_status gen_attention_tile(vk_kernel *k, const mn_graph *g, const node 
     vk_def(k, "AT_PREFETCH", "%d", prefetch ? 1 : 0);
     vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
     return tr_launch_groups(k, g, n, caps, a->heads * nblk, (uint32_t)nt, err, cap);
+}
+
+/* ---- the tensor-core kernel (attention_coopmat.glsl): the fast contract -- */
+
+/* A block of 16 * nsg rows (one subgroup each), tiles of bn items. */
+typedef struct ac_cfg {
+    uint32_t nsg, bn;
+} ac_cfg;
+
+/* Best first (docs/PERF.md "Tensor-core attention"): the first that fits
+ * the device is taken. */
+static const ac_cfg ac_cands[2][4] = {
+    {{4, 64}, {4, 32}, {2, 64}, {2, 32}}, /* forward, lse */
+    {{4, 32}, {2, 32}, {4, 16}, {2, 16}}, /* backward */
+};
+
+/* The sizes attention_coopmat.glsl declares from: staged rows (AC_IROWS),
+ * floats of a scratch row (AC_SW), weight matrices per subgroup (AC_NW);
+ * returns its shared bytes. */
+static uint64_t ac_shared(const at_geom *a, ac_cfg c, uint32_t sg, uint32_t *irows, uint32_t *sw, uint32_t *nw) {
+    const uint32_t bm = 16 * c.nsg, ni = a->op == AT_LSE ? 1 : 2;
+    *irows = ni * c.bn > bm ? ni * c.bn : bm;
+    *sw = (c.bn > (uint32_t)a->D ? c.bn : (uint32_t)a->D) + 4;
+    *nw = a->op == AT_LSE ? 0 : a->op == AT_BWD_KV && a->wrt == 2 ? 2 : 1;
+    return (uint64_t)*irows * ((uint64_t)a->D + 8) * 2 + (uint64_t)c.nsg * *nw * 16 * (c.bn + 8) * 2 +
+           (uint64_t)c.nsg * 16 * *sw * 4 + (uint64_t)c.nsg * sg * 4 + (a->op == AT_BWD_KV ? 8ull * c.bn : 0);
+}
+
+/* NULL if c runs a's kernel on the device, else why not. */
+static const char *ac_unfit(const at_geom *a, ac_cfg c, const vk_caps *caps) {
+    const uint32_t sg = caps->subgroup_size, lpr = sg / 16;
+    const uint64_t smem = caps->max_shared_bytes ? caps->max_shared_bytes : 16384;
+    const uint32_t lim = caps->max_invocations ? caps->max_invocations : 128;
+    uint32_t irows, sw, nw;
+    if (a->D % 16 || a->D > 256) return "the head dimension is not a multiple of 16 up to 256";
+    if (sg < 16 || (c.bn / lpr) % 4 || ((uint32_t)a->D / lpr) % 4)
+        return "the subgroup does not split 16 rows into whole 4-value units";
+    if (c.nsg * sg > lim) return "more invocations than the device's workgroup allows";
+    if (ac_shared(a, c, sg, &irows, &sw, &nw) > smem) return "more shared memory than the device has";
+    /* fragments live per subgroup: the rows' (16-bit), the accumulators and a tile's scores */
+    const uint64_t nacc = a->op == AT_LSE ? 0 : a->op == AT_BWD_KV && a->wrt == 2 ? 2 : 1;
+    if ((nacc * (uint64_t)a->D + c.bn) / 16 > 24) return "too many fragments per subgroup";
+    return NULL;
+}
+
+static mn_status gen_attention_coopmat(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
+                                       const at_geom *a, ac_cfg c, char *err, size_t cap) {
+    uint32_t irows, sw, nw;
+    ac_shared(a, c, caps->subgroup_size, &irows, &sw, &nw);
+    const uint64_t bm = 16ull * c.nsg, nblk = (a->rows + bm - 1) / bm;
+    k->tmpl = "attention_coopmat";
+    k->lib = "attention_common";
+    vk_coopmat_def_pass(k, caps, node_round16(n));
+    at_def_common(k, g, n, a);
+    vk_def(k, "AT_BM", "%lluu", (unsigned long long)bm);
+    vk_def(k, "AT_BN", "%uu", c.bn);
+    vk_def(k, "AT_NBLK", "%lluu", (unsigned long long)nblk);
+    vk_def(k, "AC_SG", "%uu", caps->subgroup_size);
+    vk_def(k, "AC_BF16", "%d", node_round16(n) == MN_ROUND_BF16);
+    vk_def(k, "AC_IROWS", "%uu", irows);
+    vk_def(k, "AC_SW", "%uu", sw);
+    vk_def(k, "AC_NW", "%u", nw);
+    vk_def(k, "AC_VOTE", "%d", caps->subgroup_arith ? 1 : 0);
+    return tr_launch_groups(k, g, n, caps, a->heads * nblk, c.nsg * caps->subgroup_size, err, cap);
+}
+
+/* The tensor-core kernel for a (*found false: it does not take the node).
+ * It takes rounded nodes (the fast contract) on devices with cooperative
+ * matrices of that type, with 32-bit indices and a configuration that
+ * fits; MEGANEURA_ATTN=coopmat makes the lack of any an error, and a
+ * MEGANEURA_ATTN_COOPMAT configuration that does not fit is one. */
+static mn_status at_coopmat_pick(ac_cfg *out, bool *found, const at_geom *a, const at_knobs *kn,
+                                 const vk_caps *caps, const vk_kernel *k, const mn_graph *g, const node *n,
+                                 char *err, size_t cap) {
+    char msg[320];
+    *found = false;
+    const mn_round16 rnd = node_round16(n);
+    const char *why = rnd == MN_ROUND_NONE                   ? "the node is not rounded (strict precision)"
+                      : !vk_coopmat_available(caps, rnd) ? "the device has no cooperative matrices of its type"
+                      : k->idx64                             ? "an operand needs 64-bit indices"
+                                                             : NULL;
+    if (!why && kn->cm_nsg) {
+        const ac_cfg c = {kn->cm_nsg, kn->cm_bn};
+        if ((why = ac_unfit(a, c, caps))) {
+            snprintf(msg, sizeof msg, "MEGANEURA_ATTN_COOPMAT=%ux%u for D %lld: %s", c.nsg, c.bn, (long long)a->D, why);
+            return tr_fail(g, n, MN_E_INVALID, err, cap, msg);
+        }
+        *out = c;
+        *found = true;
+        return MN_OK;
+    }
+    for (size_t i = 0; !why && i < MN_ARRAY_LEN(ac_cands[0]); i++) {
+        const ac_cfg c = ac_cands[a->op >= AT_BWD_Q][i];
+        const char *w = ac_unfit(a, c, caps);
+        if (!w) {
+            *out = c;
+            *found = true;
+            return MN_OK;
+        }
+        if (i + 1 == MN_ARRAY_LEN(ac_cands[0])) why = w;
+    }
+    if (kn->kernel == 3) {
+        snprintf(msg, sizeof msg, "MEGANEURA_ATTN=coopmat: the tensor-core kernel does not take it: %s", why);
+        return tr_fail(g, n, MN_E_UNSUPPORTED, err, cap, msg);
+    }
+    return MN_OK;
 }
 
 /* The tile kernel for shapes with enough rows and items (or where the knob
@@ -555,6 +684,13 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
         k->saved_done = true;
     } else {
         vk_def(k, "AT_SAVE_LSE", "0");
+    }
+    /* the tensor-core kernel first (the fast contract on cooperative matrices) */
+    if (kn.kernel == 3 || (kn.kernel == 0 && !kn.have[op] && a.rows >= 16 && a.items >= 16)) {
+        ac_cfg c;
+        bool found;
+        if ((st = at_coopmat_pick(&c, &found, &a, &kn, caps, k, g, n, err, cap))) return st;
+        if (found) return gen_attention_coopmat(k, g, n, caps, &a, c, err, cap);
     }
     const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
     /* the tile kernel indexes in 32 bits: 64-bit shapes take the row kernel */

@@ -60,17 +60,8 @@
 // Does not: use subgroup operations or cooperative matrices (a later,
 // faster variant can slot in as another template).
 
-// AT_REF, AT_SC, AT_EXP, AT_LSE_OF (attention_tile.glsl): in the fast
-// contract the forward's softmax in log2 units against an integer
-// reference, so rescales are exact powers of two and the rounded weights do
-// not depend on the order the keys came in; strict: the running maximum
-#define AT_L2E 1.44269504088896341
-#define AT_LN2 0.693147180559945309
-
-#define AT_FWD 0
-#define AT_LSE 1
-#define AT_BWD_Q 2
-#define AT_BWD_KV 3
+// The op codes, AT_REF and its constants, the mask (at_valid): attention_common.glsl
+// (placed before this file; its block-range helpers are the block kernels').
 
 #define AT_LOCAL uint(AT_R * AT_S)
 #define AT_LOADS ((AT_BK * AT_ITEMW + AT_LOCAL - 1u) / AT_LOCAL) // tile elements per invocation
@@ -90,8 +81,6 @@
         [[unroll]] for (uint d##_u = 0u, d = d##_run; d##_u < AT_DU; d##_u++, d++)
 #endif
 
-#define MN_NEG_INF uintBitsToFloat(0xff800000u)
-
 // Shared rows are padded to odd strides (AT_ISTR = AT_ITEMW | 1 for the
 // tile, AT_PSTR = AT_D | 1 for the merge's partial rows): the invocations
 // of a SIMD group read items AT_ISTR floats apart, so every one hits its
@@ -100,20 +89,6 @@
 shared float sh_tile[AT_BK * AT_ISTR];
 shared float sh_a[AT_LOCAL];
 shared float sh_b[AT_LOCAL];
-
-int g_off, g_kvlen;
-
-bool at_valid(int i, int j) {
-    if (j >= g_kvlen) return false;
-#if AT_CAUSAL
-    int last = i + g_off;
-    if (j > last) return false;
-#if AT_WINDOW > 0
-    if (j <= last - AT_WINDOW) return false;
-#endif
-#endif
-    return true;
-}
 
 // Where a block's items are (set by main): AT_BWD_KV: query rows ilo ..
 // ilo + ni - 1 of the group's query heads from qhead0; else keys from lo of
@@ -191,14 +166,7 @@ void main() {
     int rowc = min(int(AT_R), AT_NROWS - row0);
     int row = row0 + int(r);
     bool live = int(r) < rowc;
-#if AT_HAS_POS
-    int pos = clamp(AT_POS, -(1 << 29), 1 << 29);
-    g_off = pos;
-    g_kvlen = clamp(pos + AT_TQ, 0, AT_TK);
-#else
-    g_off = AT_TK - AT_TQ;
-    g_kvlen = AT_TK;
-#endif
+    at_mask_init();
 
 #if AT_OP == AT_BWD_KV
     // rows are keys of kv head hk; items are (query head gq of the group, query row i)

@@ -38,12 +38,8 @@
 // global reads go to registers (pf1, pf2) while the current one is used;
 // without, they are read and stored between the same two barriers.
 //
-// Mask (identical to the CPU kernel): key j exists if j < kvlen; causal:
-// j <= i + off, window W > 0: j > i + off - W. Without a position input
-// off = Tk - Tq, kvlen = Tk; with one, off = pos (clamped to +-2^29),
-// kvlen = clamp(pos + Tq, 0, Tk). Only tiles that can pass the mask for
-// some row of the block are visited; a tile that passes for all of them
-// skips the per-score test.
+// Mask, index arithmetic and the items a block visits: attention_common.glsl
+// (placed before this file).
 //
 // Loops: every loop over a register array is unrolled with constant bounds
 // (register arrays stay registers); the head-dimension and item loops,
@@ -72,11 +68,6 @@
 // no f32 ones); handle D above what the shared memory holds (the
 // generator falls back to attention.glsl).
 
-#define AT_FWD 0
-#define AT_LSE 1
-#define AT_BWD_Q 2
-#define AT_BWD_KV 3
-
 #define NT uint(LOCAL_X)
 #define SN (AT_BN / AT_LX)            // items per invocation in a score micro-tile
 #define DQ ((AT_D + 3u) / 4u)         // vec4 chunks that hold the head dimension
@@ -86,55 +77,12 @@
 #define LR ((AT_BM * AT_DP + NT - 1u) / NT) // row-side elements each invocation loads
 #define LI ((AT_BN * AT_DP + NT - 1u) / NT) // tile elements each invocation loads
 
-#define AT_HAS_R2 (AT_OP == AT_BWD_Q || (AT_OP == AT_BWD_KV && AT_WRT_V != 1))
-#define AT_HAS_I2 (AT_OP != AT_LSE)
-#define AT_HAS_DP AT_HAS_R2 // the second product dP = R2 . I2
-#define AT_HAS_P (AT_OP == AT_FWD || AT_OP == AT_BWD_Q || (AT_OP == AT_BWD_KV && AT_WRT_V != 0))
-#define AT_HAS_DS (AT_OP == AT_BWD_KV && AT_WRT_V != 1) // dS^T beside P^T
-#define AT_STATS (AT_OP == AT_FWD || AT_OP == AT_LSE)
-#if AT_OP == AT_LSE
-#define AT_NACC 0 // accumulated output rows per invocation row
-#elif AT_OP == AT_BWD_KV && AT_WRT_V == 2
-#define AT_NACC 2
-#else
-#define AT_NACC 1
-#endif
-
 // for (v = 0; v < n; v++) over shared memory only, as a loop over runs of
 // AT_RUN steps, each run unrolled (AT_RUN >= n: one run, the whole loop)
 #define AT_FOR_RUN(v, n) \
     for (uint v##_0 = 0u; v##_0 < (n); v##_0 += AT_RUN) \
         [[unroll]] for (uint v##_u = 0u, v = v##_0; v##_u < AT_RUN; v##_u++, v++) \
             if ((n) % AT_RUN == 0u || v < (n))
-
-#define MN_NEG_INF uintBitsToFloat(0xff800000u)
-// AT_REF: in the fast contract the forward's softmax works in log2 units
-// (AT_SC = scale log2(e), AT_EXP = exp2) against a reference that is an
-// integer (the ceiling of the running maximum), so a rescale is an exact
-// power of two and the weights 2^(s - m), rounded to 16 bits, are the same
-// values whatever maximum a tile had seen: every kernel and the CPU round
-// the same weights (kernels_transformer.h). Strict: natural units, the
-// running maximum itself (AT_REF(x) = x), so lse = m + log(l) is built from
-// the scores the backward recomputes bit for bit. The generator defines
-// AT_SC, AT_EXP, AT_REF, AT_LSE_OF.
-#define AT_L2E 1.44269504088896341
-#define AT_LN2 0.693147180559945309
-
-// ---- index arithmetic (element offsets, 32-bit: the generator checks the
-// ---- sizes); every global index of this file is formed here
-uint at_qrow(uint qhead, int i) { return (qhead * uint(AT_TQ) + uint(i)) * AT_D; }   // qhead = b*Hq + h
-uint at_kvrow(uint kvhead, int j) { return (kvhead * uint(AT_TK) + uint(j)) * AT_D; } // kvhead = b*Hkv + hk
-// the output row: [B, Hq, Tq, D], or [B, Tq, Hq, D] with AT_OUT_BTHD (a
-// folded permute after the forward, kir.h KIR_HEADS_OUT)
-uint at_orow(uint qhead, int i) {
-#if AT_OUT_BTHD
-    return ((qhead / uint(AT_HQ) * uint(AT_TQ) + uint(i)) * uint(AT_HQ) + qhead % uint(AT_HQ)) * AT_D;
-#else
-    return at_qrow(qhead, i);
-#endif
-}
-uint at_prep(uint qhead, int i) { return 2u * (qhead * uint(AT_TQ) + uint(i)); }
-uint at_lse_out(uint qhead, int i) { return qhead * uint(AT_TQ) + uint(i); }
 
 shared vec4 sR1[AT_BM][RW];
 #if AT_HAS_R2
@@ -156,20 +104,6 @@ shared float sMx[AT_BM * AT_LX];
 #if AT_OP == AT_BWD_KV
 shared float sIL[AT_BN], sID[AT_BN]; // the items' lse and delta
 #endif
-
-int g_off, g_kvlen;
-
-bool at_valid(int i, int j) {
-    if (j >= g_kvlen) return false;
-#if AT_CAUSAL
-    int last = i + g_off;
-    if (j > last) return false;
-#if AT_WINDOW > 0
-    if (j <= last - AT_WINDOW) return false;
-#endif
-#endif
-    return true;
-}
 
 // acc + a . b
 float at_dot4(vec4 a, vec4 b, float acc) { return fma(a.w, b.w, fma(a.z, b.z, fma(a.y, b.y, fma(a.x, b.x, acc)))); }
@@ -251,42 +185,10 @@ void main() {
     int row0 = int(blk * AT_BM);
     int rowc = min(int(AT_BM), AT_NROWS - row0);
     int myrow = row0 + int(ty * AT_TM); // first of this invocation's rows
-#if AT_HAS_POS
-    int pos = clamp(AT_POS, -(1 << 29), 1 << 29);
-    g_off = pos;
-    g_kvlen = clamp(pos + AT_TQ, 0, AT_TK);
-#else
-    g_off = AT_TK - AT_TQ;
-    g_kvlen = AT_TK;
-#endif
-
-    // ---- the items this block can see: tiles of AT_BN from ilo ----
-#if AT_OP == AT_BWD_KV
-    // rows are keys of kv head `head`; items are query rows i of the group's heads
-    uint qhead0 = (head / AT_HKV) * AT_HQ + (head % AT_HKV) * AT_GRP;
-    int ilo = 0, ihi = row0 < g_kvlen ? AT_TQ : 0;
-#if AT_CAUSAL
-    ilo = max(0, row0 - g_off);
-#if AT_WINDOW > 0
-    ihi = min(ihi, row0 + rowc - 1 - g_off + AT_WINDOW);
-#endif
-#endif
-    int ni = max(ihi - ilo, 0);
-    int tph = (ni + int(AT_BN) - 1) / int(AT_BN); // tiles per query head
-    int ntiles = int(AT_GRP) * tph;
-#else
-    // rows are queries of query head `head`; items are keys of its kv head
-    uint kvh = (head / AT_HQ) * AT_HKV + (head % AT_HQ) / AT_GRP;
-    int ilo = 0, ihi = g_kvlen;
-#if AT_CAUSAL
-    ihi = min(ihi, row0 + rowc - 1 + g_off + 1);
-#if AT_WINDOW > 0
-    ilo = max(0, row0 + g_off - AT_WINDOW + 1);
-#endif
-#endif
-    int ni = max(ihi - ilo, 0);
-    int ntiles = (ni + int(AT_BN) - 1) / int(AT_BN);
-#endif
+    at_mask_init();
+    uint ihead0;
+    int ilo, ihi, tph, ntiles;
+    at_items(head, row0, rowc, ihead0, ilo, ihi, tph, ntiles);
 
     // ---- the row side into shared memory (zeros past the block and past D) ----
     for (uint u = 0u; u < LR; u++) {
@@ -353,18 +255,6 @@ void main() {
 #endif
         }
 
-    // tile t: items ibase .. ibase + cnt - 1 of item head ihead
-#if AT_OP == AT_BWD_KV
-#define AT_TILE(t, ihead, ibase, cnt) \
-    uint ihead = qhead0 + uint((t) / tph); \
-    int ibase = ilo + ((t) % tph) * int(AT_BN); \
-    int cnt = min(int(AT_BN), ihi - ibase)
-#else
-#define AT_TILE(t, ihead, ibase, cnt) \
-    uint ihead = kvh; \
-    int ibase = ilo + (t) * int(AT_BN); \
-    int cnt = min(int(AT_BN), ihi - ibase)
-#endif
 #if AT_PREFETCH
     if (ntiles > 0) {
         AT_TILE(0, ih0, ib0, cn0);
@@ -388,25 +278,7 @@ void main() {
         }
 #endif
 
-        // does every (row, item) pair of this tile pass the mask?
-#if AT_OP == AT_BWD_KV
-        // items are query rows i of the tile, rows keys j of the block
-        bool full = cnt == int(AT_BN) && row0 + rowc <= g_kvlen;
-#if AT_CAUSAL
-        full = full && row0 + rowc - 1 <= ibase + g_off;
-#if AT_WINDOW > 0
-        full = full && row0 > ibase + int(AT_BN) - 1 + g_off - AT_WINDOW;
-#endif
-#endif
-#else
-        bool full = cnt == int(AT_BN) && ibase + int(AT_BN) <= g_kvlen;
-#if AT_CAUSAL
-        full = full && ibase + int(AT_BN) - 1 <= row0 + g_off;
-#if AT_WINDOW > 0
-        full = full && ibase > row0 + rowc - 1 + g_off - AT_WINDOW;
-#endif
-#endif
-#endif
+        bool full = at_full(row0, rowc, ibase, cnt);
 
         // ---- scores of the micro-tile: s = R1 . I1 (and dp = R2 . I2) ----
         float s[AT_TM][SN];
@@ -442,11 +314,7 @@ void main() {
             [[unroll]] for (uint r = 0u; r < AT_TM; r++)
                 [[unroll]] for (uint c = 0u; c < SN; c++) {
                     int it = int(c * AT_LX + tx);
-#if AT_OP == AT_BWD_KV
-                    ok[r][c] = it < cnt && at_valid(ibase + it, myrow + int(r));
-#else
-                    ok[r][c] = it < cnt && at_valid(myrow + int(r), ibase + it);
-#endif
+                    ok[r][c] = it < cnt && at_pair_ok(myrow + int(r), ibase + it);
                 }
         }
 
