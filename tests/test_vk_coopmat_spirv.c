@@ -581,7 +581,7 @@ static void test_attention(void) {
             node *n = &g->nodes[id];
             if (!is_attention(n->op)) continue;
             for (int variant = 0; variant < 6; variant++) {
-                /* 0..2: bf16 KHR with each configuration; 3: f16 KHR; 4: f16 NV; 5: strict */
+                /* 0..2: bf16 KHR with each configuration; 3: f16 KHR; 4: f16 NV without prefetching; 5: strict */
                 const mn_round16 rnd = variant == 5 ? MN_ROUND_NONE : variant >= 3 ? MN_ROUND_F16 : MN_ROUND_BF16;
                 const char *form = variant == 4 ? "nv" : "auto", *c = variant < 3 ? cfg[variant] : NULL;
                 /* 4x64 does not fit 48 KiB at D 128, nor for dk/dv */
@@ -590,6 +590,7 @@ static void test_attention(void) {
                 if (rnd != MN_ROUND_NONE) n->flags |= rnd == MN_ROUND_BF16 ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
                 setenv("MEGANEURA_COOPMAT", form, 1);
                 if (c) setenv("MEGANEURA_ATTN_COOPMAT", c, 1);
+                if (variant == 4) setenv("MEGANEURA_ATTN_PREFETCH", "0", 1); /* the kernel without the next tile's reads ahead */
                 char what[256], err[512] = "";
                 snprintf(what, sizeof what, "%s %%%d shape %zu %s form=%s cfg=%s", op_table[n->op].name, id, si,
                          rnd == MN_ROUND_NONE ? "strict" : round_name(rnd), form, c ? c : "table");
@@ -613,6 +614,7 @@ static void test_attention(void) {
                 free(k);
                 unsetenv("MEGANEURA_COOPMAT");
                 unsetenv("MEGANEURA_ATTN_COOPMAT");
+                unsetenv("MEGANEURA_ATTN_PREFETCH");
             }
         }
         mn_graph_destroy(g);

@@ -601,7 +601,7 @@ static const char *ac_unfit(const at_geom *a, ac_cfg c, const vk_caps *caps) {
 }
 
 static mn_status gen_attention_coopmat(vk_kernel *k, const mn_graph *g, const node *n, const vk_caps *caps,
-                                       const at_geom *a, ac_cfg c, char *err, size_t cap) {
+                                       const at_geom *a, ac_cfg c, bool prefetch, char *err, size_t cap) {
     uint32_t irows, sw, nw;
     ac_shared(a, c, caps->subgroup_size, &irows, &sw, &nw);
     const uint64_t bm = 16ull * c.nsg, nblk = (a->rows + bm - 1) / bm;
@@ -618,6 +618,7 @@ static mn_status gen_attention_coopmat(vk_kernel *k, const mn_graph *g, const no
     vk_def(k, "AC_SW", "%uu", sw);
     vk_def(k, "AC_NW", "%u", nw);
     vk_def(k, "AC_VOTE", "%d", caps->subgroup_arith ? 1 : 0);
+    vk_def(k, "AC_PREFETCH", "%d", prefetch ? 1 : 0);
     return tr_launch_groups(k, g, n, caps, a->heads * nblk, c.nsg * caps->subgroup_size, err, cap);
 }
 
@@ -690,7 +691,9 @@ static mn_status gen_attention(vk_kernel *k, const mn_graph *g, const node *n, c
         ac_cfg c;
         bool found;
         if ((st = at_coopmat_pick(&c, &found, &a, &kn, caps, k, g, n, err, cap))) return st;
-        if (found) return gen_attention_coopmat(k, g, n, caps, &a, c, err, cap);
+        /* prefetching only where asked: the form measured and gated on a GPU
+         * is the one without (docs/PERF.md, runs AO, AP) */
+        if (found) return gen_attention_coopmat(k, g, n, caps, &a, c, kn.prefetch == 1, err, cap);
     }
     const bool want = kn.kernel == 2 || kn.have[op] || (kn.kernel == 0 && a.rows >= 16 && a.items >= 16);
     /* the tile kernel indexes in 32 bits: 64-bit shapes take the row kernel */

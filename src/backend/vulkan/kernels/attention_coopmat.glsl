@@ -48,8 +48,11 @@
 // (vk_gen_transformer.c gen_attention_coopmat): the common AT_* ones, AT_BM,
 // AT_BN, AT_NBLK, TR_NWG, AC_SG (subgroup size), AC_BF16, AC_IROWS (rows of
 // the staging buffer), AC_SW (floats of a scratch row), AC_NW (weight
-// matrices per subgroup), AC_VOTE.
-// Does not: prefetch the next tile into registers, read packed (PACK16)
+// matrices per subgroup), AC_VOTE, AC_PREFETCH.
+// AC_PREFETCH: the next tile's global reads go to registers before the
+// current tile is used (MEGANEURA_ATTN_PREFETCH=1; off by default: not yet
+// gated on a GPU).
+// Does not: read packed (PACK16)
 // operands as words, handle D that is not a multiple of 16.
 
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -112,7 +115,41 @@ void ac_s4_set(uint i, vec4 v) {
     smS[i + 1u] = floatBitsToUint(v.zw);
 }
 
-#define AC_LD4(X, RND, o) vec4(RND(X(o)), RND(X((o) + 1u)), RND(X((o) + 2u)), RND(X((o) + 3u)))
+// four consecutive values of input j from element o (a multiple of 4): a vec4
+// load where the operand is one unpacked binding (pc.off is a multiple of 4:
+// tensors are 64-byte aligned, binding offsets a power of two), else four
+// reads through Xj (pages, packed casts); then rounded by RND
+#if defined(X0_ACCESS) && !defined(X0_PAGES) && !defined(X0_P16)
+layout(std430, set = 0, binding = 1) X0_ACCESS buffer BufX0v { vec4 d[]; } bX0v;
+#define AC_V0(o) bX0v.d[(pc.off[1] + (o)) >> 2]
+#else
+#define AC_V0(o) vec4(X0(o), X0((o) + 1u), X0((o) + 2u), X0((o) + 3u))
+#endif
+#if defined(X1_ACCESS) && !defined(X1_PAGES) && !defined(X1_P16)
+layout(std430, set = 0, binding = 2) X1_ACCESS buffer BufX1v { vec4 d[]; } bX1v;
+#define AC_V1(o) bX1v.d[(pc.off[2] + (o)) >> 2]
+#else
+#define AC_V1(o) vec4(X1(o), X1((o) + 1u), X1((o) + 2u), X1((o) + 3u))
+#endif
+#if defined(X2_ACCESS) && !defined(X2_PAGES) && !defined(X2_P16)
+layout(std430, set = 0, binding = 3) X2_ACCESS buffer BufX2v { vec4 d[]; } bX2v;
+#define AC_V2(o) bX2v.d[(pc.off[3] + (o)) >> 2]
+#else
+#define AC_V2(o) vec4(X2(o), X2((o) + 1u), X2((o) + 2u), X2((o) + 3u))
+#endif
+#if defined(X3_ACCESS) && !defined(X3_PAGES) && !defined(X3_P16)
+layout(std430, set = 0, binding = 4) X3_ACCESS buffer BufX3v { vec4 d[]; } bX3v;
+#define AC_V3(o) bX3v.d[(pc.off[4] + (o)) >> 2]
+#else
+#define AC_V3(o) vec4(X3(o), X3((o) + 1u), X3((o) + 2u), X3((o) + 3u))
+#endif
+vec4 ac_r4(vec4 v, const int j) {
+    if (j == 0) return vec4(AT_RND0(v.x), AT_RND0(v.y), AT_RND0(v.z), AT_RND0(v.w));
+    if (j == 1) return vec4(AT_RND1(v.x), AT_RND1(v.y), AT_RND1(v.z), AT_RND1(v.w));
+    if (j == 2) return vec4(AT_RND2(v.x), AT_RND2(v.y), AT_RND2(v.z), AT_RND2(v.w));
+    return vec4(AT_RND3(v.x), AT_RND3(v.y), AT_RND3(v.z), AT_RND3(v.w));
+}
+#define AC_LD4(j, o) ac_r4(AC_V##j(o), j)
 
 // rows row0 .. row0 + rowc - 1 of R1 (which 1) or R2 (2) into smI rows 0 .. AT_BM - 1
 void ac_stage_rows(uint head, int row0, int rowc, uint which, uint lid) {
@@ -122,15 +159,15 @@ void ac_stage_rows(uint head, int row0, int rowc, uint which, uint lid) {
         if (int(rr) < rowc) {
 #if AT_OP == AT_BWD_KV
             uint o = at_kvrow(head, row0 + int(rr)) + 4u * c;
-            if (which == 1u) v = AC_LD4(X1, AT_RND1, o);
+            if (which == 1u) v = AC_LD4(1, o);
 #if AT_HAS_R2
-            else v = AC_LD4(X2, AT_RND2, o);
+            else v = AC_LD4(2, o);
 #endif
 #else
             uint o = at_qrow(head, row0 + int(rr)) + 4u * c;
-            if (which == 1u) v = AC_LD4(X0, AT_RND0, o);
+            if (which == 1u) v = AC_LD4(0, o);
 #if AT_HAS_R2
-            else v = AC_LD4(X3, AT_RND3, o);
+            else v = AC_LD4(3, o);
 #endif
 #endif
         }
@@ -138,39 +175,65 @@ void ac_stage_rows(uint head, int row0, int rowc, uint which, uint lid) {
     }
 }
 
-// items ibase .. ibase + cnt - 1 of item head ihead into smI (zeros past cnt)
-void ac_stage_tile(uint ihead, int ibase, int cnt, uint lid) {
-    for (uint u = lid; u < AT_BN * DU; u += NT) {
-        uint c = u / DU, d4 = u % DU;
+// Items ibase .. ibase + cnt - 1 of item head ihead (zeros past cnt): read
+// into registers (ac_fetch; with AC_PREFETCH the next tile's, issued before
+// the current tile is used), then stored to smI (ac_stash).
+#define UI ((AT_BN * DU + NT - 1u) / NT) // units of a tile each invocation moves
+vec4 pf1[UI];
+#if AT_HAS_I2
+vec4 pf2[UI];
+#endif
+#if AT_OP == AT_BWD_KV
+float pfl, pfd;
+#endif
+
+void ac_fetch(uint ihead, int ibase, int cnt, uint lid) {
+    [[unroll]] for (uint i = 0u; i < UI; i++) {
+        uint u = lid + i * NT, c = u / DU, d4 = u % DU;
         vec4 v1 = vec4(0.0), v2 = vec4(0.0);
-        if (int(c) < cnt) {
+        if ((UI * NT == AT_BN * DU || u < AT_BN * DU) && int(c) < cnt) {
 #if AT_OP == AT_BWD_KV
             uint o = at_qrow(ihead, ibase + int(c)) + 4u * d4;
-            v1 = AC_LD4(X0, AT_RND0, o);
-            v2 = AC_LD4(X3, AT_RND3, o);
+            v1 = AC_LD4(0, o);
+            v2 = AC_LD4(3, o);
 #else
             uint o = at_kvrow(ihead, ibase + int(c)) + 4u * d4;
-            v1 = AC_LD4(X1, AT_RND1, o);
+            v1 = AC_LD4(1, o);
 #if AT_HAS_I2
-            v2 = AC_LD4(X2, AT_RND2, o);
+            v2 = AC_LD4(2, o);
 #endif
 #endif
         }
-        smI[c * RR + d4] = ac_pack(v1);
+        pf1[i] = v1;
 #if AT_HAS_I2
-        smI[(AT_BN + c) * RR + d4] = ac_pack(v2);
+        pf2[i] = v2;
 #endif
     }
 #if AT_OP == AT_BWD_KV
-    if (lid < AT_BN) {
-        float vl = 0.0, vd = 0.0;
-        if (int(lid) < cnt) {
-            uint o = at_prep(ihead, ibase + int(lid));
-            vl = X4(o);
-            vd = X4(o + 1u);
+    pfl = 0.0;
+    pfd = 0.0;
+    if (int(lid) < cnt && lid < AT_BN) {
+        uint o = at_prep(ihead, ibase + int(lid));
+        pfl = X4(o);
+        pfd = X4(o + 1u);
+    }
+#endif
+}
+
+void ac_stash(uint lid) {
+    [[unroll]] for (uint i = 0u; i < UI; i++) {
+        uint u = lid + i * NT, c = u / DU, d4 = u % DU;
+        if (UI * NT == AT_BN * DU || u < AT_BN * DU) {
+            smI[c * RR + d4] = ac_pack(pf1[i]);
+#if AT_HAS_I2
+            smI[(AT_BN + c) * RR + d4] = ac_pack(pf2[i]);
+#endif
         }
-        sIL[lid] = vl;
-        sID[lid] = vd;
+    }
+#if AT_OP == AT_BWD_KV
+    if (lid < AT_BN) {
+        sIL[lid] = pfl;
+        sID[lid] = pfd;
     }
 #endif
 }
@@ -278,12 +341,27 @@ void main() {
     [[unroll]] for (uint j = 0u; j < DF; j++) acc2[j] = F32M(0.0);
 #endif
 
+#if AC_PREFETCH
+    if (ntiles > 0) {
+        AT_TILE(0, ih0, ib0, cn0);
+        ac_fetch(ih0, ib0, cn0, lid);
+    }
+#endif
     for (int t = 0; t < ntiles; t++) {
         AT_TILE(t, ihead, ibase, cnt);
         barrier(); // every subgroup is done with the previous tile (and the rows' staging)
-        ac_stage_tile(ihead, ibase, cnt, lid);
+#if !AC_PREFETCH
+        ac_fetch(ihead, ibase, cnt, lid);
+#endif
+        ac_stash(lid);
         memoryBarrierShared();
         barrier();
+#if AC_PREFETCH
+        if (t + 1 < ntiles) {
+            AT_TILE(t + 1, nhead, nbase, ncnt);
+            ac_fetch(nhead, nbase, ncnt, lid);
+        }
+#endif
         bool full = at_full(row0, rowc, ibase, cnt);
 
         // ---- the scores of the subgroup's rows, s[c] of the lane's columns ----
