@@ -44,7 +44,8 @@ static const vk_caps h200 = {.subgroup_size = 32,
                              .coopmat = true,
                              .coopmat_f16 = true,
                              .coopmat_bf16 = true,
-                             .coopmat_nv_f16 = true};
+                             .coopmat_nv_f16 = true,
+                             .store16 = true};
 
 static shaderc_compiler_t compiler;
 static char spv_path[64];
@@ -440,6 +441,51 @@ static void test_fused(void) {
     mn_graph_destroy(g);
 }
 
+/* A matmul whose epilogue is a packed cast's group (kir fuse_store16): the
+ * kernel stores 16-bit values (Y_S16, 16-bit storage) beside the NV/KHR
+ * cooperative matrices; refused on a device without 16-bit storage. */
+static void test_fused_store16(void) {
+    for (int bf = 0; bf < 2; bf++) {
+        mn_graph *g;
+        mn_graph_create(&g);
+        g->raw_ids = true;
+        mn_tensor x, w, b, y, z, c;
+        CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){256, 192}), mn_graph_error(g));
+        CHECK_OK(mn_graph_input(g, &w, "w", MN_F32, 2, (int64_t[]){192, 320}), mn_graph_error(g));
+        CHECK_OK(mn_graph_input(g, &b, "b", MN_F32, 1, (int64_t[]){320}), mn_graph_error(g));
+        CHECK_OK(mn_matmul(g, &y, x, w), mn_graph_error(g));
+        CHECK_OK(mn_add(g, &z, y, b), mn_graph_error(g));
+        CHECK_OK(mn_cast(g, &c, z, bf ? MN_BF16 : MN_F16), mn_graph_error(g));
+        g->nodes[c].flags |= NODE_F_PACK16;
+        g->nodes[y].flags |= bf ? NODE_F_ROUND_BF16 : NODE_F_ROUND_F16;
+        for (int dev = 0; dev < 2; dev++) {
+            vk_caps caps = h200;
+            caps.store16 = dev == 0;
+            vk_kernel *k = malloc(sizeof *k);
+            int32_t members[2] = {y, z}, ext[KIR_MAX_INPUTS];
+            int next = 0;
+            char err[512] = "", what[64];
+            snprintf(what, sizeof what, "fused %s cast stored 16-bit", bf ? "bf16" : "f16");
+            mn_status st = vk_codegen_fused(k, g, c, members, 2, ext, &next, NULL, &caps, err, sizeof err);
+            if (dev == 1) {
+                CHECK_MSG(st == MN_E_UNSUPPORTED && strstr(err, "16-bit storage"),
+                          "%s: without 16-bit storage: status %d (%s)", what, (int)st, err);
+            } else {
+                CHECK_MSG(st == MN_OK, "%s: %s", what, err);
+                if (!st) {
+                    CHECK_MSG(k->tmpl && !strcmp(k->tmpl, "matmul_coopmat") && strstr(k->defines, "MM_EPILOGUE") &&
+                                  strstr(k->defines, "Y_SET16(i, v") && strstr(k->defines, "#define Y_S16 ") &&
+                                  !strstr(k->defines, "#define Y_P16 "),
+                              "%s: not a coopmat kernel whose epilogue stores 16-bit values:\n%s", what, k->defines);
+                    check_kernel(k, what, true, bf);
+                }
+            }
+            free(k);
+        }
+        mn_graph_destroy(g);
+    }
+}
+
 /* ---- the pass's refusals ------------------------------------------------ */
 
 static const char *head =
@@ -668,6 +714,7 @@ int main(void) {
     test_conv();
     test_knob_errors();
     test_fused();
+    test_fused_store16();
     test_attention();
     test_attention_knobs();
     test_refusals();

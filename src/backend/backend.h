@@ -109,6 +109,10 @@ typedef struct backend_vtable {
      * products read it), so that an operand copy takes half an f32
      * tensor's bytes and the GEMM half its reads. */
     bool packs_operands;
+    /* Optional: whether dev's kernels may store a packed cast's 16-bit
+     * values themselves (kir_options.fuse_store16: the cast folds into the
+     * kernel of its producer). NULL: never. */
+    bool (*stores16)(void *dev);
     /* Optional (Vulkan, include/meganeura_vulkan.h): a device over a host's
      * handles (desc: const mn_vulkan_device_desc *), closed by device_close;
      * storage root `node` bound to a host buffer (const mn_vulkan_buffer *);

@@ -9,17 +9,20 @@
 mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap) {
     const char *e = getenv("MEGANEURA_FUSION");
     const bool all = !e || !*e || strcmp(e, "1") == 0, pw = strcmp(e ? e : "", "pointwise") == 0,
-               nomulti = strcmp(e ? e : "", "nomulti") == 0, nosaved = strcmp(e ? e : "", "nosaved") == 0;
-    if (!all && !pw && !nomulti && !nosaved && strcmp(e, "0") != 0) {
+               nomulti = strcmp(e ? e : "", "nomulti") == 0, nosaved = strcmp(e ? e : "", "nosaved") == 0,
+               nocast = strcmp(e ? e : "", "nocast") == 0;
+    if (!all && !pw && !nomulti && !nosaved && !nocast && strcmp(e, "0") != 0) {
         mn_fmt(err, cap, "MEGANEURA_FUSION='%s': want 0 (no fusion), pointwise (pointwise chains only), nomulti "
-               "(no multi-tensor optimizer kernels), nosaved (no saved statistics) or 1 (all)", e);
+               "(no multi-tensor optimizer kernels), nosaved (no saved statistics), nocast (no packed cast "
+               "stored by its producer's kernel) or 1 (all)", e);
         return MN_E_INVALID;
     }
     memset(o, 0, sizeof *o);
-    o->fuse_pointwise = backend_fuses && (all || pw || nomulti || nosaved);
-    o->fuse_matmul = backend_fuses && (all || nomulti || nosaved);
-    o->fuse_multi = backend_fuses && (all || nosaved);
-    o->fuse_saved = backend_fuses && (all || nomulti);
+    o->fuse_pointwise = backend_fuses && (all || pw || nomulti || nosaved || nocast);
+    o->fuse_matmul = backend_fuses && (all || nomulti || nosaved || nocast);
+    o->fuse_multi = backend_fuses && (all || nosaved || nocast);
+    o->fuse_saved = backend_fuses && (all || nomulti || nocast);
+    o->fuse_store16 = backend_fuses && (all || nomulti || nosaved); /* the session: and the device's */
     return MN_OK;
 }
 
@@ -51,6 +54,16 @@ static bool fusible(const mn_graph *g, int32_t id) {
     return true;
 }
 
+/* A packed cast (NODE_F_PACK16) of an f32 tensor of its shape, which may
+ * root a group whose kernel stores its 16-bit values (fuse_store16); never
+ * a member: its readers read words. */
+static bool store16_root(const mn_graph *g, int32_t id) {
+    const node *n = &g->nodes[id];
+    if (n->op != OP_CAST || !(n->flags & NODE_F_PACK16) || n->rank > 4 || n->nin != 1) return false;
+    const node *x = &g->nodes[n->in[0]];
+    return x->dtype == MN_F32 && !(x->flags & NODE_F_PACK16) && node_numel(x) == node_numel(n);
+}
+
 /* m reaches c's shape by numpy broadcasting (dims equal or 1, right-aligned):
  * c reads m at a broadcast index, and the fused kernel computes m there. */
 static bool broadcasts_to(const node *m, const node *c) {
@@ -79,6 +92,7 @@ static bool cheap_in_epilogue(op_id op) {
     switch (op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_SCALE: case OP_NEG: case OP_RELU: case OP_STOP_GRAD:
     case OP_BROADCAST:
+    case OP_CAST: /* a rounding: integer arithmetic on the bits */
     case OP_RSQRT: /* a sqrt and a division: inference batch norm's scale as a convolution's epilogue */
         return true;
     default:
@@ -627,7 +641,8 @@ mn_status kir_build(kir *k, const mn_graph *g, schedule *s, const kir_options *o
         const int32_t c = s->order[t];
         const node *cn = &g->nodes[c];
         const bool red = k->root[c] == c && reduce_root(g, c); /* a prologue's consumer */
-        if (!red && (!fusible(g, c) || gathers_at_other_index(cn->op) || cn->nin > KIR_MAX_INPUTS)) continue;
+        const bool s16 = o->fuse_store16 && k->root[c] == c && store16_root(g, c); /* roots only */
+        if (!red && !s16 && (!fusible(g, c) || gathers_at_other_index(cn->op) || cn->nin > KIR_MAX_INPUTS)) continue;
         const int32_t r = k->root[c];
         for (int i = 0; i < cn->nin; i++) {
             const int32_t m = cn->in[i];

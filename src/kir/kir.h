@@ -133,6 +133,13 @@ typedef struct kir_options {
     /* saved statistics: an attention's kernel writes the lse its backward
      * reads (KIR_SAVED) instead of a kernel recomputing it */
     bool fuse_saved;
+    /* a packed cast (NODE_F_PACK16) may root a pointwise group, its producer
+     * included (a product's or a normalisation's epilogue): the kernel
+     * stores the cast's 16-bit values itself, so the f32 tensor the cast
+     * reads is never written (kir_options_from_env sets it unless
+     * MEGANEURA_FUSION=nocast or less; the session clears it where the
+     * backend does not store 16-bit elements) */
+    bool fuse_store16;
 } kir_options;
 
 /* Builds the plan over s and regroups s->order and s->fwd in place (the
@@ -152,7 +159,8 @@ static inline int32_t kir_saved_of(const kir *k, int32_t id) { return k && k->sa
  * kernels (one update and one sum of squares per parameter), "nosaved" all
  * but the saved statistics (the attention's lse recomputed by a kernel of
  * its own), "pointwise" pointwise chains only (no matmul epilogues,
- * head-layout folds, multi-tensor kernels or saved statistics), "0" none;
+ * head-layout folds, multi-tensor kernels or saved statistics), "nocast"
+ * all but packed casts rooting a group (fuse_store16), "0" none;
  * another value is an error naming it. multi_bytes is left 0. */
 mn_status kir_options_from_env(kir_options *o, bool backend_fuses, char *err, size_t cap);
 /* The ops the pointwise pass may fold: fusion class ELEMENTWISE and the

@@ -111,13 +111,23 @@ static bool cast_sized(const mn_graph *g, const node *n) {
  * The casts are
  * appended (g->sched_pre): the schedule runs each right before its first
  * consumer. A tensor read by products of the forward pass (ids below nfwd)
- * and of the backward pass gets one cast for each, so the forward's copy
- * dies after the forward's products instead of living, beside the saved
- * activation it copies, until the backward pass (a second cast reads the
- * tensor once more; the copies would otherwise add every saved operand
- * to the peak). The values are those the products rounded themselves
+ * and of the backward pass shares one cast between both when the backward
+ * reads it only through casts, or it is a parameter: the 16-bit copy is
+ * then what the step saves (half the bytes of the f32 tensor, which dies
+ * after the cast) and the backward reads nothing again. A tensor the
+ * backward also reads itself (attention's output, for its row sums) gets
+ * one cast for each pass, so the forward's copy dies after the forward's
+ * products instead of living, beside the saved f32 tensor, until the
+ * backward pass. The values are those the products rounded themselves
  * (rounding is idempotent): the CPU reference still rounds, to the same
  * bits. */
+static bool casts_slot(const mn_graph *g, int32_t i, int j, bool *attn) {
+    const node *n = &g->nodes[i];
+    *attn = op_rounds16(n->op) && op_fuse_class(n->op) != FUSE_MATMUL;
+    if (!*attn && (op_fuse_class(n->op) != FUSE_MATMUL || !cast_sized(g, n))) return false;
+    return j < (*attn ? node_round_ins(n) : 2) && j < n->nin;
+}
+
 static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32_t nfwd) {
     if (p == MN_PRECISION_STRICT) return MN_OK;
     const mn_round16 rnd = p == MN_PRECISION_FAST_BF16 ? MN_ROUND_BF16 : MN_ROUND_F16;
@@ -148,18 +158,28 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
     const mn_dtype dt = rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16;
     const bool raw = g->raw_ids;
     g->raw_ids = true; /* library stage: handles are node indices */
+    /* tensors the backward reads in f32 (a slot no cast replaces) */
+    bool *bwd_reads = calloc((size_t)n0 + 1, sizeof *bwd_reads);
+    if (!bwd_reads) {
+        free(cast_of);
+        return fail(s, MN_E_NOMEM, "session: out of memory");
+    }
+    bool attn;
+    for (int32_t i = nfwd; i < n0; i++)
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            if (!casts_slot(g, i, j, &attn)) bwd_reads[g->nodes[i].in[j]] = true;
     mn_status st = MN_OK;
     for (int32_t i = 0; i < n0 && !st; i++) {
         const op_id op = g->nodes[i].op;
-        const bool attn = op_rounds16(op) && op_fuse_class(op) != FUSE_MATMUL;
-        if (!attn && (op_fuse_class(op) != FUSE_MATMUL || !cast_sized(g, &g->nodes[i]))) continue;
         /* the backward's attention_lse takes the forward's casts: its inputs
          * stay the forward's, whose kernel writes it (kir's saved lse) */
-        const int pass = i >= nfwd && op != OP_ATTENTION_LSE;
-        for (int j = 0; j < (attn ? node_round_ins(&g->nodes[i]) : 2) && j < g->nodes[i].nin && !st; j++) {
+        const bool bwd = i >= nfwd && op != OP_ATTENTION_LSE;
+        for (int j = 0; j < g->nodes[i].nin && !st; j++) {
+            if (!casts_slot(g, i, j, &attn)) continue;
             const int32_t x = g->nodes[i].in[j];
             const node *xn = &g->nodes[x];
             if ((xn->op == OP_CAST && xn->dtype == dt) || xn->dtype == MN_I32) continue;
+            const int pass = bwd && (bwd_reads[x] && xn->op != OP_PARAM);
             int32_t *memo = &cast_of[(size_t)x * 2 + pass];
             if (*memo == MN_NONE) {
                 mn_tensor c;
@@ -176,6 +196,7 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
     }
     g->raw_ids = raw;
     free(cast_of);
+    free(bwd_reads);
     if (st) return fail(s, st, "session: %s", g->err);
     if (g->n > n0) g->sched_pre = n0;
     return MN_OK;
@@ -446,6 +467,8 @@ static mn_status build(mn_session *s, const mn_graph *user) {
             fail(s, st, "session: %s", kerr);
         } else {
             ko.multi_bytes = memplan_chunk(g, live, chunk, real_size(s));
+            ko.fuse_store16 = ko.fuse_store16 && s->be->stores16 && s->device && s->device->impl &&
+                              s->be->stores16(s->device->impl);
             st = kir_build(&s->kernels, g, &s->sched, &ko);
         }
     }

@@ -891,6 +891,8 @@ static bool vk_device_casts_operands(void *dev, int rounding) {
     return vk_coopmat_available(&((const vk_ctx *)dev)->caps, (mn_round16)rounding);
 }
 
+static bool vk_device_stores16(void *dev) { return ((const vk_ctx *)dev)->caps.store16; }
+
 static void vk_device_close(void *dev) {
     vk_ctx *c = dev;
     if (!c) return;
@@ -918,6 +920,7 @@ const backend_vtable backend_vulkan = {
     .max_binding = vk_device_max_binding,
     .casts_operands = vk_device_casts_operands,
     .packs_operands = true,
+    .stores16 = vk_device_stores16,
     .export_kernels = vkb_export_kernels,
     .kernel_stats = vkb_kernel_stats,
 };

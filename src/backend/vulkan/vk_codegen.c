@@ -118,7 +118,8 @@ bool vk_input_written(const node *n, int i) {
  * descriptors (one per page) fit the device. Nothing when none is paged. */
 /* Packed 16-bit operands (NODE_F_PACK16): <op>_P16 = 1 (bf16) or 2 (f16),
  * so that preamble.glsl declares the binding as words and X<i>(i) unpacks
- * (Y_P16: the cast's kernel writes words, cast16.glsl). Never paged: the
+ * (Y_P16: the cast's kernel writes words, cast16.glsl; Y_S16: a fused
+ * kernel stores its 16-bit values, k->store16). Never paged: the
  * session packs only what fits one binding. */
 static mn_status pack_defines(vk_kernel *k, const mn_graph *g, const int32_t *opnd, int nopnd, const memplan *mp,
                               char *err, size_t cap) {
@@ -131,7 +132,7 @@ static mn_status pack_defines(vk_kernel *k, const mn_graph *g, const int32_t *op
             return MN_E_UNSUPPORTED;
         }
         char nm[16];
-        if (j == 0) snprintf(nm, sizeof nm, "Y_P16");
+        if (j == 0) snprintf(nm, sizeof nm, k->store16 ? "Y_S16" : "Y_P16");
         else snprintf(nm, sizeof nm, "X%d_P16", j - 1);
         vk_def(k, nm, "%d", t->dtype == MN_BF16 ? 1 : 2);
     }

@@ -72,6 +72,10 @@ typedef struct vk_caps {
      * (MN_IDX64), which needs int64 (shaderInt64). 0: VK_INDEX_MAX_DEFAULT */
     int64_t index_max;
     bool int64; /* shaderInt64, enabled on the device when present */
+    /* storageBuffer16BitAccess, enabled on the device when present: a fused
+     * kernel may store a packed cast's elements one 16-bit value each
+     * (Y_S16, preamble.glsl; kir_options.fuse_store16) */
+    bool store16;
     /* the largest element offset a push constant pc.off holds (uint) */
     uint64_t push_off_max;
     /* storage-buffer descriptors one kernel may bind (a paged operand takes
@@ -147,6 +151,9 @@ typedef struct vk_kernel {
      * rows' lse), else the node cannot save it and codegen fails */
     int saved_in;
     bool saved_done;
+    /* a fused group rooted at a packed cast: the kernel stores the 16-bit
+     * values (Y_S16 instead of Y_P16: vk_codegen_fused, preamble.glsl) */
+    bool store16;
 } vk_kernel;
 
 /* Makes k size-generic where that costs nothing at run time: an eltwise

@@ -254,12 +254,15 @@ static void read_caps(VkInstance inst, VkPhysicalDevice d, const VkPhysicalDevic
     vkGetPhysicalDeviceProperties2(d, &p2);
     VkPhysicalDeviceDescriptorIndexingFeatures dix = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DESCRIPTOR_INDEXING_FEATURES};
     VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     bool v12 = p->apiVersion >= VK_API_VERSION_1_2; /* descriptor indexing is core (no extension to enable) */
-    f16.pNext = v12 ? &dix : NULL;
+    f16.pNext = &s16; /* 16-bit storage: core in 1.1 */
+    s16.pNext = v12 ? &dix : NULL;
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
     vkGetPhysicalDeviceFeatures2(d, &f2);
     caps->dynamic_index = f2.features.shaderStorageBufferArrayDynamicIndexing != 0;
     caps->int64 = f2.features.shaderInt64 != 0;
+    caps->store16 = s16.storageBuffer16BitAccess != 0;
     caps->nonuniform = v12 && dix.shaderStorageBufferArrayNonUniformIndexing != 0;
     caps->max_stage_buffers = p->limits.maxPerStageDescriptorStorageBuffers < p->limits.maxDescriptorSetStorageBuffers
                                   ? p->limits.maxPerStageDescriptorStorageBuffers
@@ -421,6 +424,12 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
     f2.features.shaderStorageBufferArrayDynamicIndexing = c->caps.dynamic_index;
     f2.features.shaderInt64 = c->caps.int64;
     f2.pNext = c->caps.nonuniform ? &dix : NULL;
+    /* 16-bit stores of fused casts (caps.store16) */
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
+    if (c->caps.store16) {
+        s16.storageBuffer16BitAccess = VK_TRUE;
+        s16.pNext = f2.pNext, f2.pNext = &s16;
+    }
     /* the fast contract's cooperative matrices (read_coopmat_caps): their
      * extensions and features, the Vulkan memory model, f16 types */
     const vk_caps *k = &c->caps;
@@ -473,7 +482,7 @@ mn_status vk_ctx_create(vk_ctx *c, char *err, size_t cap) {
 /* Features the host enabled, from the VkPhysicalDeviceFeatures2 chain it gave
  * vkCreateDevice (only the structures the backend reads). */
 typedef struct host_features {
-    bool dynamic_index, nonuniform, timeline, int64;
+    bool dynamic_index, nonuniform, timeline, int64, store16;
     bool memory_model, f16, coopmat_khr, coopmat_nv, bf16; /* the fast contract's GEMM */
 } host_features;
 
@@ -492,6 +501,12 @@ static host_features read_host_features(const VkPhysicalDeviceFeatures2 *f2) {
             h.f16 |= v->shaderFloat16 != 0;
             break;
         }
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES:
+            h.store16 |= ((const VkPhysicalDeviceVulkan11Features *)(const void *)p)->storageBuffer16BitAccess != 0;
+            break;
+        case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES:
+            h.store16 |= ((const VkPhysicalDevice16BitStorageFeatures *)(const void *)p)->storageBuffer16BitAccess != 0;
+            break;
         case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES:
             h.memory_model |= ((const VkPhysicalDeviceVulkanMemoryModelFeatures *)(const void *)p)->vulkanMemoryModel != 0;
             break;
@@ -565,6 +580,7 @@ mn_status vk_ctx_wrap(vk_ctx *c, const void *descp, char *err, size_t cap) {
     c->caps.dynamic_index = c->caps.dynamic_index && h.dynamic_index;
     c->caps.nonuniform = c->caps.nonuniform && h.nonuniform;
     c->caps.int64 = c->caps.int64 && h.int64; /* 64-bit index kernels (tensors above 2^31 elements) */
+    c->caps.store16 = c->caps.store16 && h.store16; /* fused casts' 16-bit stores */
     /* cooperative matrices only as far as the host enabled them (with the
      * memory model and, for f16, shaderFloat16) */
     c->caps.coopmat_f16 = c->caps.coopmat_f16 && h.coopmat_khr && h.memory_model && h.f16;

@@ -139,6 +139,12 @@ static mn_status member_body(vk_kernel *k, vk_kernel *scratch, const mn_graph *g
             snprintf(opnd[s], sizeof opnd[s], "r%d", ri);
         }
         if (st) break;
+        if (j == n - 1 && m->op == OP_CAST && (m->flags & NODE_F_PACK16)) {
+            /* a packed cast rooting the group: its value is its input's,
+             * rounded by the store (Y_SET16: the cast's own bits) */
+            bl += (size_t)snprintf(body + bl, 16384 - bl, "    precise float v%d = %s; \\\n", j, opnd[0]);
+            continue;
+        }
         /* the member's own expression, from its generator */
         if ((st = vk_codegen_node(scratch, g, ids[j], NULL, caps, err, cap))) break;
         if (!scratch->expr[0] || !scratch->tmpl || strcmp(scratch->tmpl, "eltwise") != 0) {
@@ -224,6 +230,14 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
         goto out;
     }
     k->tmpl = "eltwise";
+    /* a packed cast's group (kir_options.fuse_store16): the kernel stores
+     * the cast's 16-bit values, Y_SET16 */
+    const bool s16 = rn->op == OP_CAST && (rn->flags & NODE_F_PACK16);
+    if (s16 && !caps->store16) {
+        st = ffail(g, root, err, cap, "a packed cast's group on a device without 16-bit storage");
+        goto out;
+    }
+    k->store16 = s16;
     /* a matmul member: the kernel is that matmul (its operands X0, X1) and
      * the group its epilogue, MM_EPILOGUE(i, acc) at output element i */
     int mmj = -1;
@@ -246,6 +260,7 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
         }
         memcpy(k, scratch, sizeof *k);
         k->expr[0] = 0;
+        k->store16 = s16;
         for (int i = 0; i < mn->nin; i++) ext[i] = mn->in[i];
         *next = mn->nin;
     }
@@ -257,10 +272,12 @@ mn_status vk_codegen_fused(vk_kernel *k, const mn_graph *g, int32_t root, const 
             vk_def(k, "NIN", "%d", *next);
         }
         st = input_defs(k, g, root, ext, first, *next, mp, caps, err, cap);
+        char store[32];
+        snprintf(store, sizeof store, s16 ? "Y_SET16(i, v%d)" : "Y(i) = v%d", nm);
         if (mmj >= 0) {
-            vk_line(k, "#define MM_EPILOGUE(i, acc) { \\\n%s    Y(i) = v%d; }", body, nm);
+            vk_line(k, "#define MM_EPILOGUE(i, acc) { \\\n%s    %s; }", body, store);
         } else {
-            vk_line(k, "#define FUSED_BODY(i) \\\n%s    Y(i) = v%d;", body, nm);
+            vk_line(k, "#define FUSED_BODY(i) \\\n%s    %s;", body, store);
             vk_launch_1d(k, caps, (uint64_t)node_numel(rn), vk_pick_local(caps, 256));
         }
         if (k->overflow) st = ffail(g, root, err, cap, "specialisation text too long");

@@ -6,6 +6,9 @@
 #endif
 // MN_IDX64: GL_EXT_shader_explicit_arithmetic_types_int64 is enabled right
 // after #version (vk_codegen_source), before the defines' 64-bit literals.
+#ifdef Y_S16
+#extension GL_EXT_shader_16bit_storage : require
+#endif
 #ifdef MN_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_vote : require
@@ -57,8 +60,13 @@ layout(local_size_x = LOCAL_X, local_size_y = LOCAL_Y, local_size_z = LOCAL_Z) i
 // 16-bit values a 32-bit word, element i in word i / 2, the low half for
 // even i) is bound as words: X<i>(i) decodes element i to its exact f32
 // value (mn_unpack16, mathlib.glsl), Y_WORD(w) is word w of a packed
-// output (cast16.glsl, the one kernel that writes one). Never paged.
-#ifdef Y_P16
+// output (cast16.glsl). A fused kernel whose root is a packed cast
+// (kir_options.fuse_store16; Y_S16 = 1 bf16, 2 f16) binds Y as 16-bit
+// values instead, the same bytes: Y_SET16(i, v) rounds v and stores
+// element i (storageBuffer16BitAccess, vk_caps.store16). Never paged.
+#ifdef Y_S16
+layout(std430, set = 0, binding = 0) buffer BufY { uint16_t d[]; } bY;
+#elif defined(Y_P16)
 layout(std430, set = 0, binding = 0) buffer BufY { uint d[]; } bY;
 #elif defined(Y_PAGES)
 layout(std430, set = 0, binding = 0) buffer BufY { float d[]; } bY[Y_PAGES];
@@ -175,7 +183,13 @@ layout(push_constant) uniform PushConstants { uint off[8]; uint dim[4]; } pc;
 // Y(i) = v writes the output (Y is write-only: a paged Y without
 // MN_NONUNIFORM is a statement prefix, not an expression); X0(i) .. X5(i)
 // read input i; X2_WR(i) = v, X3_WR(i) = v write an input updated in place.
-#ifdef Y_P16
+#ifdef Y_S16
+#if Y_S16 == 1
+#define Y_SET16(i, v) bY.d[2u * pc.off[0] + uint(i)] = uint16_t(mn_bf16_bits(v))
+#else
+#define Y_SET16(i, v) bY.d[2u * pc.off[0] + uint(i)] = uint16_t(mn_f16_bits(v))
+#endif
+#elif defined(Y_P16)
 #define Y_WORD(w) bY.d[pc.off[0] + uint(w)]
 #elif !defined(Y_PAGES)
 #define Y(i) bY.d[pc.off[0] + uint(i)]
