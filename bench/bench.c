@@ -1,14 +1,14 @@
 /* bench.c - the benchmark program (never a unit test).
  *
  *   meganeura_bench [--backend cpu|vulkan] [--runs N] [--warmup N] [--gemm] [--gemm-shape M,N,K]...
- *                   [--only NAME] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16]
+ *                   [--only NAME[,NAME...]] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16]
  *                   [--models] [--list]
  *
  * --list names every workload, the model workloads of bench_models.c (the
  * paper's five at its shapes and larger training batches: ResNet-50, the
  * U-Nets, the SmolVLA action expert) included; --models runs those (the
- * default runs the MLPs); --only NAME runs the workloads whose name holds
- * NAME, of either kind.
+ * default runs the MLPs); --only NAME[,NAME...] runs the workloads whose
+ * name holds one of the NAMEs, of either kind (none: an error).
  *
  * Workloads matched to ../shared/bench/torch_anchors.py (same layers,
  * optimizers and step definition: forward + backward + optimizer update,
@@ -321,7 +321,7 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: %s [--backend cpu|vulkan] [--runs N>=20] [--warmup N] [--gemm] [--gemm-shape M,N,K]... "
-                    "[--only NAME] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16] [--models] [--list]\n",
+                    "[--only NAME[,NAME...]] [--nonfinite skip|apply|unchecked] [--precision strict|bf16|f16] [--models] [--list]\n",
                     argv[0]);
             return 2;
         }
@@ -337,10 +337,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++)
             if (be == MN_BACKEND_VULKAN || sizes[i] <= 1024) bench_gemm(be, sizes[i], sizes[i], sizes[i]);
     } else {
+        int ran = 0;
         if (!models || only)
             for (size_t i = 0; i < sizeof workloads / sizeof workloads[0]; i++)
-                if (!only || strstr(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs);
-        bench_models_run(only, models, be, warmup, runs, g_nonfinite, g_precision);
+                if (bench_name_matches(workloads[i].name, only)) bench_mlp(&workloads[i], be, warmup, runs), ran++;
+        ran += bench_models_run(only, models, be, warmup, runs, g_nonfinite, g_precision);
+        if (only && !ran) {
+            fprintf(stderr, "bench: --only '%s' matches no workload (--list names them)\n", only);
+            return 2;
+        }
     }
     return 0;
 }

@@ -232,11 +232,24 @@ static void bench_one(const mworkload *w, mn_backend_kind be, int warmup, int ru
     bench_cache_leave(&cache);
 }
 
+bool bench_name_matches(const char *name, const char *only) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        for (const char *h = name; len && *h; h++)
+            if (!strncmp(h, p, len)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
 int bench_models_run(const char *only, bool all, mn_backend_kind be, int warmup, int runs, mn_nonfinite nf,
                      mn_precision prec) {
     int n = 0;
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (only ? strstr(models[i].name, only) != NULL : all) {
+        if (only ? bench_name_matches(models[i].name, only) : all) {
             bench_one(&models[i], be, warmup, runs, nf, prec);
             n++;
         }

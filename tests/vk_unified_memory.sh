@@ -14,4 +14,11 @@ line=$(grep -m1 "arenas written in place" <<<"$out")
 out=$(MEGANEURA_VK_DIRECT=0 run) || { echo "$out" | tail -20; echo "vk_unified_memory: the staged run failed"; exit 1; }
 line=$(grep -m1 "arenas written in place" <<<"$out")
 [[ "$line" == *"(unified memory): 0 of 4"* ]] || { echo "vk_unified_memory: MEGANEURA_VK_DIRECT=0 ignored: '$line'"; exit 1; }
+# --only takes a list, and one that matches nothing is an error (it once
+# printed nothing and exited 0)
+n=$("$bench" --backend vulkan --only mlp_ci_b16,mnist_mlp --runs 1 --warmup 0 2>/dev/null | grep -c '"workload"' || true)
+[ "$n" -eq 2 ] || { echo "vk_unified_memory: --only mlp_ci_b16,mnist_mlp ran $n workloads, not 2"; exit 1; }
+if "$bench" --backend vulkan --only no_such_workload --runs 1 > /dev/null 2>&1; then
+  echo "vk_unified_memory: --only no_such_workload exited 0"; exit 1
+fi
 echo "vk_unified_memory: ok (4 of 4 arenas in place; 0 with MEGANEURA_VK_DIRECT=0)"
