@@ -316,7 +316,10 @@ static void test_cast_operands(void) {
      * w2 is read only by the next product and by w3's gradient, both
      * through one cast, so its product stores the cast's 16-bit values
      * itself (kir fuse_store16: a matmul epilogue; lavapipe has 16-bit
-     * storage); tanh's output, which its backward reads, keeps its cast */
+     * storage); tanh's output, which its backward reads, keeps its cast.
+     * R = 1024 rows: autodiff splits each weight gradient over them in two
+     * parts (views of the activation: its cast is shared through them) */
+    enum { R = 1024 };
     float loss_of[2] = {0, 0}, *wv[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
     const size_t nw[3] = {48 * 96, 96 * 96, 96 * 64};
     for (int run = 0; run < 2; run++) {
@@ -325,8 +328,8 @@ static void test_cast_operands(void) {
         mn_graph_create(&g);
         mn_tensor x, w[3], h, y, t, loss;
         mn_init un = {MN_INIT_UNIFORM, -0.5f, 0.5f};
-        CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){64, 48}), "");
-        CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 2, (int64_t[]){64, 64}), "");
+        CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){R, 48}), "");
+        CHECK_OK(mn_graph_input(g, &t, "t", MN_F32, 2, (int64_t[]){R, 64}), "");
         CHECK_OK(mn_graph_param(g, &w[0], "w1", 2, (int64_t[]){48, 96}, un), "");
         CHECK_OK(mn_graph_param(g, &w[1], "w2", 2, (int64_t[]){96, 96}, un), "");
         CHECK_OK(mn_graph_param(g, &w[2], "w3", 2, (int64_t[]){96, 64}, un), "");
@@ -342,7 +345,7 @@ static void test_cast_operands(void) {
         o.optim = mn_optimizer_default(MN_OPTIM_SGD);
         mn_session *s = NULL;
         CHECK_OK(mn_session_create(&s, g, &o), mn_session_error(s));
-        float *xv = rnd_vec(64 * 48, 3, 1.0f), *tv = rnd_vec(64 * 64, 4, 1.0f);
+        float *xv = rnd_vec(R * 48, 3, 1.0f), *tv = rnd_vec(R * 64, 4, 1.0f);
         for (int j = 0; j < 3; j++) wv[run][j] = calloc(nw[j], sizeof(float));
         if (s) {
             char *buf = NULL;
@@ -358,8 +361,8 @@ static void test_cast_operands(void) {
             if (run) /* the caps' 16-bit storage decides; lavapipe and the GPUs have it */
                 CHECK_MSG(stored, "no product stores its cast's 16-bit values:\n%s", buf ? buf : "");
             free(buf);
-            CHECK_OK(mn_session_set_input(s, "x", xv, sizeof(float) * 64 * 48), "");
-            CHECK_OK(mn_session_set_input(s, "t", tv, sizeof(float) * 64 * 64), "");
+            CHECK_OK(mn_session_set_input(s, "x", xv, sizeof(float) * R * 48), "");
+            CHECK_OK(mn_session_set_input(s, "t", tv, sizeof(float) * R * 64), "");
             for (int step = 0; step < 3; step++) CHECK_OK(mn_session_step(s), mn_session_error(s));
             CHECK_OK(mn_session_loss(s, &loss_of[run]), "");
             for (int j = 0; j < 3; j++) {

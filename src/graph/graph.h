@@ -49,7 +49,7 @@ enum {
      * word's high half 0 for an odd count) instead of in f32 containers:
      * the operand casts of the fast contract on a backend whose kernels read
      * and write that form (session.c round_by_cast, backend
-     * packs_operands). Set on casts only, never on a tensor the host reads
+     * packs_operands). Set on casts (and reshapes of them) only, never on a tensor the host reads
      * or writes. */
     NODE_F_PACK16 = 1u << 10
 };

@@ -35,6 +35,14 @@ mn_status schedule_build(schedule *s, const mn_graph *g, const uint8_t *live, co
                 const int32_t a = g->nodes[i].in[j];
                 if (a >= pre && a < g->n && anchor[a] == MN_NONE) anchor[a] = i;
             }
+        /* an appended node read only by later appended ones (a cast that
+         * a view reads) runs before the earliest of them: inputs have
+         * smaller ids, so one pass from the end carries the anchors down */
+        for (int32_t a = g->n - 1; a >= pre; a--)
+            for (int j = 0; anchor[a] != MN_NONE && j < g->nodes[a].nin; j++) {
+                const int32_t b = g->nodes[a].in[j];
+                if (b >= pre && b < a && (anchor[b] == MN_NONE || anchor[b] > anchor[a])) anchor[b] = anchor[a];
+            }
         for (int32_t a = g->n - 1; a >= pre; a--) /* reverse: the chains come out in id order */
             if (anchor[a] != MN_NONE) next[a] = first[anchor[a]], first[anchor[a]] = a;
     }

@@ -158,16 +158,28 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
     const mn_dtype dt = rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16;
     const bool raw = g->raw_ids;
     g->raw_ids = true; /* library stage: handles are node indices */
-    /* tensors the backward reads in f32 (a slot no cast replaces) */
+    /* other[t]: reads of t by a slot no cast replaces (or t is pinned);
+     * a view with none (autodiff's K split of a weight gradient reshapes
+     * the activation) is read through its input's cast: reshape(cast(x)),
+     * the same values, so that x's cast is shared. bwd_reads[t]: the
+     * backward reads t in f32, itself or through a view that cannot. */
+    int32_t *other = calloc((size_t)n0 + 1, sizeof *other), *view_of = malloc((size_t)n0 * 2 * sizeof *view_of);
     bool *bwd_reads = calloc((size_t)n0 + 1, sizeof *bwd_reads);
-    if (!bwd_reads) {
-        free(cast_of);
+    if (!bwd_reads || !other || !view_of) {
+        free(cast_of), free(other), free(view_of), free(bwd_reads);
         return fail(s, MN_E_NOMEM, "session: out of memory");
     }
+    for (int32_t i = 0; i < n0 * 2; i++) view_of[i] = MN_NONE;
     bool attn;
+    for (int32_t i = 0; i < n0; i++) {
+        if (g->nodes[i].flags & (NODE_F_OUTPUT | NODE_F_LOSS | NODE_F_READ | NODE_F_SYNC)) other[i]++;
+        for (int j = 0; j < g->nodes[i].nin; j++)
+            if (!casts_slot(g, i, j, &attn)) other[g->nodes[i].in[j]]++;
+    }
+#define CAST_VIEW(t) (g->nodes[t].op == OP_RESHAPE && !other[t])
     for (int32_t i = nfwd; i < n0; i++)
         for (int j = 0; j < g->nodes[i].nin; j++)
-            if (!casts_slot(g, i, j, &attn)) bwd_reads[g->nodes[i].in[j]] = true;
+            if (!casts_slot(g, i, j, &attn) && !CAST_VIEW(i)) bwd_reads[g->nodes[i].in[j]] = true;
     mn_status st = MN_OK;
     for (int32_t i = 0; i < n0 && !st; i++) {
         const op_id op = g->nodes[i].op;
@@ -176,7 +188,9 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
         const bool bwd = i >= nfwd && op != OP_ATTENTION_LSE;
         for (int j = 0; j < g->nodes[i].nin && !st; j++) {
             if (!casts_slot(g, i, j, &attn)) continue;
-            const int32_t x = g->nodes[i].in[j];
+            int32_t x = g->nodes[i].in[j];
+            const int32_t v = CAST_VIEW(x) && g->nodes[x].in[0] < n0 ? x : MN_NONE;
+            if (v != MN_NONE) x = g->nodes[v].in[0];
             const node *xn = &g->nodes[x];
             if ((xn->op == OP_CAST && xn->dtype == dt) || xn->dtype == MN_I32) continue;
             const int pass = bwd && (bwd_reads[x] && xn->op != OP_PARAM);
@@ -191,12 +205,27 @@ static mn_status round_by_cast(mn_session *s, mn_graph *g, mn_precision p, int32
                 if (node_bytes(cn, 4) > pack_max) cn->flags &= ~(uint32_t)NODE_F_PACK16;
                 *memo = c;
             }
+            if (v != MN_NONE) { /* the view, of the cast: packed as the cast is */
+                int32_t *vm = &view_of[(size_t)v * 2 + pass];
+                if (*vm == MN_NONE) {
+                    mn_tensor r;
+                    const node vn = g->nodes[v];
+                    if ((st = mn_reshape(g, &r, *memo, vn.rank, vn.shape))) break;
+                    g->nodes[r].flags |= g->nodes[*memo].flags & NODE_F_PACK16;
+                    *vm = r;
+                }
+                g->nodes[i].in[j] = *vm;
+                continue;
+            }
             g->nodes[i].in[j] = *memo; /* g->nodes may have moved: index again */
         }
     }
+#undef CAST_VIEW
     g->raw_ids = raw;
     free(cast_of);
     free(bwd_reads);
+    free(other);
+    free(view_of);
     if (st) return fail(s, st, "session: %s", g->err);
     if (g->n > n0) g->sched_pre = n0;
     return MN_OK;

@@ -306,7 +306,7 @@ static mn_status codegen_node(vk_kernel *k, const mn_graph *g, int32_t id, const
         snprintf(nm, sizeof nm, "X%d_N", i);
         vk_def_u(k, nm, (uint64_t)node_numel(&g->nodes[opnd[1 + i]]));
     }
-    if ((n->flags & NODE_F_PACK16) && n->op != OP_CAST) {
+    if ((n->flags & NODE_F_PACK16) && n->op != OP_CAST && n->op != OP_RESHAPE) { /* a view writes nothing */
         mn_fmt(err, cap, "vulkan codegen: %s (%%%d): only a cast writes a packed 16-bit tensor", op_table[n->op].name,
                id);
         return MN_E_UNSUPPORTED;

@@ -163,6 +163,7 @@ static mn_status cm_form_of(cm_form *out, const mn_graph *g, const node *n, cons
 bool vk_pre_rounded(const mn_graph *g, const node *n, int j, mn_round16 rnd) {
     if (j >= n->nin || n->in[j] < 0) return false;
     const node *a = &g->nodes[n->in[j]];
+    while (a->op == OP_RESHAPE) a = &g->nodes[a->in[0]]; /* a view of a cast (session.c round_by_cast) */
     return a->op == OP_CAST && a->dtype == (rnd == MN_ROUND_BF16 ? MN_BF16 : MN_F16);
 }
 
