@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "graph/graph.h"
+#include "schedule/schedule.h"
 #include "harness.h"
 
 #define S(...) (const int64_t[]){__VA_ARGS__}
@@ -814,7 +815,35 @@ static void test_huge(void) {
     mn_graph_destroy(g);
 }
 
+/* Appended nodes (g->sched_pre, session.c round_by_cast) run right before
+ * their first consumer, and one read only by another appended node (a cast
+ * that a reshape of it reads) runs before that one: the order is cast,
+ * reshape, consumer. */
+static void test_sched_pre(void) {
+    mn_graph *g;
+    mn_graph_create(&g);
+    g->raw_ids = true;
+    mn_tensor x, y, c, r;
+    CHECK_OK(mn_graph_input(g, &x, "x", MN_F32, 2, (int64_t[]){4, 4}), mn_graph_error(g));
+    CHECK_OK(mn_neg(g, &y, x), mn_graph_error(g));
+    const int32_t pre = g->n;
+    CHECK_OK(mn_cast(g, &c, x, MN_BF16), mn_graph_error(g));
+    CHECK_OK(mn_reshape(g, &r, c, 1, (int64_t[]){16}), mn_graph_error(g));
+    g->nodes[y].in[0] = r; /* as round_by_cast rewrites a consumer */
+    g->sched_pre = pre;
+    uint8_t live[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    schedule s;
+    CHECK_OK(schedule_build(&s, g, live, NULL), "schedule_build");
+    CHECK_MSG(s.n == 3 && s.order[0] == c && s.order[1] == r && s.order[2] == y,
+              "appended cast and reshape: %d nodes scheduled (%d %d %d), want %d %d %d", (int)s.n,
+              s.n > 0 ? (int)s.order[0] : -1, s.n > 1 ? (int)s.order[1] : -1, s.n > 2 ? (int)s.order[2] : -1,
+              (int)c, (int)r, (int)y);
+    schedule_free(&s);
+    mn_graph_destroy(g);
+}
+
 int main(void) {
+    test_sched_pre();
     test_dump_mlp();
     test_dump_params();
     test_dump_env();
